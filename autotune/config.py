@@ -1,0 +1,75 @@
+"""Structured config schemas for the Hydra app.
+
+The YAML files under ``conf/`` extend these dataclasses, so a wrong type or an unknown key
+fails when Hydra composes the config, with the full key in the message. Value checks that
+need more than a type (ranges, divisors, the device's memory) live in ``validate.py``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+
+@dataclass
+class CpuReduction:
+    """What a CPU run shrinks so that the default run finishes in minutes on two cores."""
+
+    config: Dict[str, Any] = field(default_factory=dict)  # merged into ModelConfig.config
+    seq_len: Optional[int] = None
+    global_batch: Optional[int] = None
+
+
+@dataclass
+class ModelConfig:
+    name: str = MISSING
+    # A builder "package.module:function" called as builder(device=..., seq_len=..., **config);
+    # it returns an autotune.Workload.
+    _target_: str = MISSING
+    config: Dict[str, Any] = field(default_factory=dict)
+    cpu: CpuReduction = field(default_factory=CpuReduction)
+
+
+@dataclass
+class SearchSpaceConfig:
+    name: str = MISSING
+    # A YAML file under search_spaces/ (relative to the project root) or an absolute path.
+    path: str = MISSING
+
+
+@dataclass
+class RoiConfig:
+    memory_price_per_gib_hour: float = MISSING
+    compute_price_per_hour: float = MISSING
+    workload_samples: float = MISSING
+
+
+@dataclass
+class TrialConfig:
+    warmup_steps: int = 2  # optimizer steps run before the measured window
+    measure_steps: int = 5  # timed optimizer steps; the median and spread come from these
+    timeout_s: float = 600.0  # wall-clock limit of one trial process, start-up included
+    lr: float = 1e-4  # AdamW learning rate
+    seed: int = 0
+
+
+@dataclass
+class TuneConfig:
+    model: ModelConfig = MISSING
+    search_space: SearchSpaceConfig = MISSING
+    roi: RoiConfig = MISSING
+    trial: TrialConfig = field(default_factory=TrialConfig)
+    global_batch: int = 64  # samples per optimizer step, the same for every trial
+    seq_len: int = 512  # tokens per sample, for sequence models
+    budget_gib: Optional[float] = None  # peak-memory budget; default: the device's memory
+    objective: str = "roi"  # roi | throughput
+    device: str = "auto"  # auto (CUDA if present, else CPU) | cpu | cuda | cuda:N
+    cpu_reduce: bool = True  # on CPU, apply model.cpu so the run stays short
+    study_name: Optional[str] = None  # default: autotune-<model>-<space>
+    storage: Optional[str] = None  # an Optuna storage URL; default: SQLite in the run directory
+
+
+def register() -> None:
+    ConfigStore.instance().store(name="tune_schema", node=TuneConfig)

@@ -1,0 +1,160 @@
+"""Memory and time measurement inside a trial process.
+
+CUDA: the caching allocator's peaks (reset at the start of the measured window), its
+retry counter, and NVML's device-level used memory, which includes the CUDA context that
+the allocator does not see.
+
+CPU: the process's peak resident set size during one optimizer step, above its size just
+before the model was built. glibc's heap keeps freed tensors' pages, so a plain RSS peak
+is the high-water mark of every earlier step and hides what checkpointing saves
+(measured: equal peaks with and without it). So the probe makes glibc map each
+allocation over 64 KiB on its own (returned to the system when freed) from before the
+model is built until that memory step ends, resets the kernel's peak counter at its start
+(/proc/self/clear_refs), then gives glibc its usual heap back (mmap threshold 32 MiB, its
+own maximum) for the warm-up and timed steps.
+"""
+from __future__ import annotations
+
+import ctypes
+import resource
+import statistics
+from typing import List, Optional
+
+import torch
+
+from autotune.device import GIB, nvml_handle, nvml_used_bytes
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize()
+
+
+def _peak_rss_bytes() -> int:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+
+
+_M_MMAP_THRESHOLD = -3  # glibc mallopt parameter
+
+
+def _mallopt_mmap_threshold(nbytes: int) -> bool:
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        ok = libc.mallopt(_M_MMAP_THRESHOLD, nbytes) == 1
+        libc.malloc_trim(0)
+        return ok
+    except (OSError, AttributeError):  # not glibc
+        return False
+
+
+class CpuMemory:
+    device = "cpu"
+    separate_window = True  # memory is measured in a step of its own, before the timed ones
+
+    def __init__(self) -> None:
+        self.mapped = _mallopt_mmap_threshold(64 * 1024)
+        self.baseline = _rss_bytes()
+        self.method = "lifetime peak RSS"
+
+    def start_window(self) -> None:
+        try:
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")  # reset VmHWM to the current RSS
+            if self.mapped:
+                self.method = "peak RSS of one step, large allocations mapped"
+        except OSError:
+            pass  # the lifetime peak it is, recorded as such
+
+    def end_window(self) -> dict:
+        result = self.finish()
+        _mallopt_mmap_threshold(32 * 1024 * 1024)
+        return result
+
+    def in_use(self) -> int:
+        return _rss_bytes() - self.baseline
+
+    def finish(self) -> dict:
+        peak = _peak_rss_bytes() - self.baseline
+        return {"peak_memory_gib": peak / GIB, "peak_rss_gib": peak / GIB, "baseline_rss_gib": self.baseline / GIB,
+                "cpu_memory_method": self.method}
+
+
+class CudaMemory:
+    device = "cuda"
+    separate_window = False  # the peak covers the timed steps themselves
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.handle = nvml_handle(index)
+        self.nvml_before = nvml_used_bytes(self.handle)  # other processes' use, before our context
+        torch.cuda.set_device(index)
+        torch.empty(1, device=f"cuda:{index}")  # creates the context
+        torch.cuda.synchronize()
+        after = nvml_used_bytes(self.handle)
+        self.context = None if after is None else after - self.nvml_before - torch.cuda.memory_reserved()
+
+    def start_window(self) -> None:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+
+    def in_use(self) -> int:
+        return torch.cuda.memory_allocated()
+
+    def finish(self) -> dict:
+        torch.cuda.synchronize()
+        stats = torch.cuda.memory_stats()
+        reserved = torch.cuda.max_memory_reserved()
+        out = {
+            "peak_memory_gib": reserved / GIB,  # the figure ROI and the Pareto front use
+            "peak_allocated_gib": torch.cuda.max_memory_allocated() / GIB,
+            "peak_reserved_gib": reserved / GIB,
+            "fragmentation_gib": (torch.cuda.memory_reserved() - torch.cuda.memory_allocated()) / GIB,
+            "num_alloc_retries": int(stats.get("num_alloc_retries", 0)),
+        }
+        used = nvml_used_bytes(self.handle)
+        if used is not None:
+            out["nvml_used_gib"] = (used - self.nvml_before) / GIB  # this process's share, context included
+            out["cuda_context_gib"] = self.context / GIB
+            # What the device must hold for this configuration: the fit test uses this.
+            out["device_peak_gib"] = (reserved + self.context) / GIB
+        else:
+            out["device_peak_gib"] = reserved / GIB
+        return out
+
+
+def memory_probe(device: str):
+    if device.startswith("cuda"):
+        return CudaMemory(int(device.split(":")[1]) if ":" in device else 0)
+    return CpuMemory()
+
+
+def step_time_stats(step_times: List[float], global_batch: int) -> dict:
+    """Median step time, its spread (IQR / median) and samples per second."""
+    times = sorted(step_times)
+    median = statistics.median(times)
+    if len(times) >= 4:
+        q = statistics.quantiles(times, n=4, method="inclusive")
+        iqr = q[2] - q[0]
+    else:
+        iqr = times[-1] - times[0]
+    return {
+        "step_time_s": median,
+        "step_time_min_s": times[0],
+        "step_time_max_s": times[-1],
+        "time_spread": iqr / median if median > 0 else float("nan"),
+        "samples_per_s": global_batch / median if median > 0 else float("nan"),
+    }
+
+
+def memory_growth_gib(in_use_after_each_step: List[int]) -> Optional[float]:
+    """Memory held after the last measured step minus after the first: a leak signal."""
+    if len(in_use_after_each_step) < 2:
+        return None
+    return (in_use_after_each_step[-1] - in_use_after_each_step[0]) / GIB

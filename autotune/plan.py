@@ -1,0 +1,140 @@
+"""Turn a composed config into a checked run plan, or report every problem at once.
+
+Nothing here runs a trial or writes storage: a bad config is rejected before either.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+from autotune.config import TuneConfig
+from autotune.device import DeviceInfo, resolve_device
+from autotune.scoring import OBJECTIVES
+from autotune.space import SearchSpace, divisors, load_space
+
+
+class ConfigError(ValueError):
+    """One or more problems with the config, each naming the key, the value and the fix."""
+
+    def __init__(self, problems: List[str]):
+        self.problems = problems
+        super().__init__("invalid configuration:\n" + "\n".join(f"  - {p}" for p in problems))
+
+
+@dataclass
+class Plan:
+    model_name: str
+    model_target: str
+    model_config: Dict
+    seq_len: int
+    global_batch: int
+    device: DeviceInfo
+    budget_gib: float
+    budget_is_device_memory: bool
+    space: SearchSpace
+    space_name: str
+    micro_batches: List[int]
+    objective: str
+    roi: Dict[str, float]
+    warmup_steps: int
+    measure_steps: int
+    timeout_s: float
+    lr: float
+    seed: int
+    study_name: str
+    storage: Optional[str]
+    reductions: List[str] = field(default_factory=list)  # what a CPU run shrank, for the log and report
+
+    @property
+    def reduced(self) -> bool:
+        return bool(self.reductions)
+
+
+def _check_builder(target: str, problems: List[str]) -> None:
+    from autotune.trial import resolve_builder
+
+    try:
+        builder = resolve_builder(target)
+    except (ImportError, AttributeError, ValueError) as e:
+        problems.append(f"model._target_={target}: cannot be imported ({type(e).__name__}: {e}); "
+                        "give 'package.module:function' of an importable builder")
+        return
+    if not callable(builder):
+        problems.append(f"model._target_={target}: is not callable; it must name a function returning a Workload")
+
+
+def make_plan(cfg: TuneConfig, overridden: frozenset = frozenset()) -> Plan:
+    """Check ``cfg`` and resolve it; ``overridden`` holds the keys the user set explicitly."""
+    problems: List[str] = []
+    device = None
+    try:
+        device = resolve_device(cfg.device)
+    except ValueError as e:
+        problems.append(str(e))
+
+    model_config = dict(cfg.model.config)
+    seq_len, global_batch = cfg.seq_len, cfg.global_batch
+    reductions: List[str] = []
+    if device is not None and device.kind == "cpu" and cfg.cpu_reduce:
+        for key, value in cfg.model.cpu.config.items():
+            if f"model.config.{key}" not in overridden and model_config.get(key) != value:
+                reductions.append(f"{key} {model_config.get(key)}->{value}")
+                model_config[key] = value
+        for key, value in (("seq_len", cfg.model.cpu.seq_len), ("global_batch", cfg.model.cpu.global_batch)):
+            if value is not None and key not in overridden and getattr(cfg, key) != value:
+                reductions.append(f"{key} {getattr(cfg, key)}->{value}")
+                if key == "seq_len":
+                    seq_len = value
+                else:
+                    global_batch = value
+
+    if global_batch < 1:
+        problems.append(f"global_batch={global_batch}: must be a positive integer; e.g. global_batch=64")
+    if seq_len < 1:
+        problems.append(f"seq_len={seq_len}: must be a positive integer; e.g. seq_len=512")
+    if cfg.objective not in OBJECTIVES:
+        problems.append(f"objective={cfg.objective}: unknown objective; use one of {', '.join(OBJECTIVES)}")
+    t = cfg.trial
+    if t.warmup_steps < 0:
+        problems.append(f"trial.warmup_steps={t.warmup_steps}: must be >= 0; e.g. trial.warmup_steps=2")
+    if t.measure_steps < 1:
+        problems.append(f"trial.measure_steps={t.measure_steps}: must be >= 1; e.g. trial.measure_steps=5")
+    if t.timeout_s <= 0:
+        problems.append(f"trial.timeout_s={t.timeout_s}: must be > 0 seconds; e.g. trial.timeout_s=600")
+    roi = {k: getattr(cfg.roi, k) for k in ("memory_price_per_gib_hour", "compute_price_per_hour", "workload_samples")}
+    for key in ("memory_price_per_gib_hour", "compute_price_per_hour"):
+        if roi[key] < 0:
+            problems.append(f"roi.{key}={roi[key]}: a price cannot be negative; use a value >= 0")
+    if roi["workload_samples"] <= 0:
+        problems.append(f"roi.workload_samples={roi['workload_samples']}: must be > 0 (samples the whole job trains on)")
+
+    budget = cfg.budget_gib
+    if device is not None:
+        if budget is None:
+            budget = device.memory_gib
+        elif budget <= 0:
+            problems.append(f"budget_gib={budget}: must be > 0; e.g. budget_gib={int(device.memory_gib)} or leave it unset")
+        elif budget > device.memory_gib + 1e-9:
+            problems.append(f"budget_gib={budget}: above this device's memory ({device.memory_gib:.1f} GiB on "
+                            f"{device.name}); use a value <= {device.memory_gib:.1f} or leave it unset")
+
+    space = load_space(cfg.search_space.path, problems)
+    micro_batches: List[int] = []
+    if space is not None and global_batch >= 1:
+        micro_batches = space.micro_batches(global_batch)
+        if not micro_batches:
+            problems.append(
+                f"search_space micro_batch bounds [{space.micro_batch_min}, {space.micro_batch_max}] leave no divisor "
+                f"of global_batch={global_batch}; use bounds that include one of {', '.join(map(str, divisors(global_batch)))}")
+    _check_builder(cfg.model._target_, problems)
+
+    if problems:
+        raise ConfigError(problems)
+    return Plan(
+        model_name=cfg.model.name, model_target=cfg.model._target_, model_config=model_config,
+        seq_len=seq_len, global_batch=global_batch, device=device, budget_gib=float(budget),
+        budget_is_device_memory=cfg.budget_gib is None, space=space, space_name=cfg.search_space.name,
+        micro_batches=micro_batches, objective=cfg.objective, roi=roi, warmup_steps=t.warmup_steps,
+        measure_steps=t.measure_steps, timeout_s=t.timeout_s, lr=t.lr, seed=t.seed,
+        study_name=cfg.study_name or f"autotune-{cfg.model.name}-{cfg.search_space.name}",
+        storage=cfg.storage, reductions=reductions)

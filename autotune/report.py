@@ -1,0 +1,139 @@
+"""The Pareto report: a self-contained HTML page (inline SVG plot, no network) and a PNG.
+
+A pure function of the scored trials table plus run metadata.
+"""
+from __future__ import annotations
+
+import html
+import io
+from pathlib import Path
+from typing import Optional
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from autotune.effects import strategy_effects  # noqa: E402
+from autotune.scoring import Baseline  # noqa: E402
+
+PRECISION_COLOURS = {"fp32": "#1f77b4", "bf16": "#2ca02c", "fp16": "#ff7f0e"}
+CHECKPOINT_MARKERS = {"none": "o", "full": "s"}
+TABLE_COLUMNS = ["number", "status", "checkpointing", "precision", "micro_batch", "accumulation",
+                 "peak_memory_gib", "device_peak_gib", "samples_per_s", "time_spread", "roi",
+                 "fits_budget", "on_pareto", "cause"]
+
+
+def pareto_figure(scored: pd.DataFrame, best: Optional[int], budget_gib: float, baseline: Baseline,
+                  title: str) -> plt.Figure:
+    fig, ax = plt.subplots(figsize=(8.5, 5.2), dpi=110)
+    ok = scored[(scored["status"] == "ok") & np.isfinite(scored["peak_memory_gib"])]
+    for (ckpt, prec), g in ok.groupby(["checkpointing", "precision"]):
+        fits = g[g["fits_budget"]]
+        over = g[~g["fits_budget"]]
+        style = dict(marker=CHECKPOINT_MARKERS.get(ckpt, "^"), color=PRECISION_COLOURS.get(prec, "grey"))
+        ax.scatter(fits["peak_memory_gib"], fits["samples_per_s"], s=46, label=f"{ckpt} / {prec}", **style)
+        if len(over):
+            ax.scatter(over["peak_memory_gib"], over["samples_per_s"], s=46, alpha=0.35, **style)
+        for _, r in g.iterrows():
+            ax.annotate(f"mb{int(r['micro_batch'])}", (r["peak_memory_gib"], r["samples_per_s"]),
+                        textcoords="offset points", xytext=(4, 4), fontsize=7, color="#555")
+    front = scored[scored["on_pareto"]].sort_values("peak_memory_gib")
+    if len(front):
+        ax.plot(front["peak_memory_gib"], front["samples_per_s"], color="black", lw=1.2, alpha=0.7,
+                label="Pareto front")
+    if best is not None:
+        b = scored.loc[best]
+        ax.scatter([b["peak_memory_gib"]], [b["samples_per_s"]], marker="*", s=420, facecolor="none",
+                   edgecolor="red", linewidth=1.6, label="best", zorder=5)
+    if baseline.measured and baseline.samples_per_s:
+        ax.scatter([baseline.peak_memory_gib], [baseline.samples_per_s], marker="D", s=110, facecolor="none",
+                   edgecolor="black", label="baseline", zorder=4)
+    # A budget far right of every point (the device's whole memory, say) would squash them.
+    top = float(ok["peak_memory_gib"].max()) if len(ok) else budget_gib
+    xmax = (budget_gib if budget_gib <= 2 * top else top) * 1.1
+    if budget_gib <= xmax:
+        ax.axvline(budget_gib, color="red", ls="--", lw=1, label=f"budget {budget_gib:.1f} GiB")
+    else:
+        ax.plot([], [], " ", label=f"budget {budget_gib:.1f} GiB (beyond the right edge)")
+    failed = scored[~scored["status"].isin(["ok", "skipped"])]
+    if len(failed):
+        ax.scatter(np.full(len(failed), min(budget_gib, xmax)), np.zeros(len(failed)), marker="x", color="red",
+                   s=40, label=f"failed ({len(failed)}: {', '.join(sorted(set(failed['status'])))})", clip_on=False)
+    ax.set_xlabel("peak memory (GiB)  - lower is better")
+    ax.set_ylabel("throughput (samples/s)  - higher is better")
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.set_ylim(bottom=0)
+    ax.set_xlim(left=0, right=xmax)
+    ax.legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    return fig
+
+
+def _table(df: pd.DataFrame, percent: tuple = ()) -> str:
+    out = df.copy()
+    for c in out.columns:
+        if c in percent:
+            out[c] = out[c].map(lambda v: "" if pd.isna(v) else f"{100 * v:+.0f} %")
+        elif out[c].dtype.kind == "f":
+            out[c] = out[c].map(lambda v: "" if pd.isna(v) else f"{v:.4g}")
+    return out.to_html(index=False, escape=True, border=0, na_rep="")
+
+
+def write_report(run_dir: Path, scored: pd.DataFrame, best: Optional[int], baseline: Baseline, meta: dict) -> Path:
+    """Write report.html and pareto.png into run_dir; returns the HTML path."""
+    title = f"{meta['model']} on {meta['device_name']} - global batch {meta['global_batch']}"
+    fig = pareto_figure(scored, best, meta["budget_gib"], baseline, title)
+    fig.savefig(run_dir / "pareto.png")
+    svg = io.StringIO()
+    fig.savefig(svg, format="svg")
+    plt.close(fig)
+
+    esc = html.escape
+    cols = [c for c in TABLE_COLUMNS if c in scored.columns]
+    front = scored[scored["on_pareto"]].sort_values("peak_memory_gib")[cols]
+    effects = strategy_effects(scored, meta["global_batch"])
+    skipped = scored[scored["status"] == "skipped"]
+    best_html = "<p><b>No configuration fits the budget.</b></p>"
+    if best is not None:
+        b = scored.loc[best]
+        best_html = (f"<p class='best'>Best by <b>{esc(meta['objective'])}</b>: checkpointing <b>{esc(b['checkpointing'])}</b>, "
+                     f"precision <b>{esc(b['precision'])}</b>, micro_batch <b>{int(b['micro_batch'])}</b> x accumulation "
+                     f"<b>{int(b['accumulation'])}</b> - peak {b['peak_memory_gib']:.2f} GiB, {b['samples_per_s']:.1f} samples/s"
+                     + (f", ROI {b['roi']:.2f}" if pd.notna(b.get("roi")) else "") + "</p>")
+    notes = [f"Baseline (none / fp32 / micro_batch = global batch): {esc(baseline.note)}."]
+    if meta.get("reductions"):
+        notes.append("CPU run with a reduced model so it finishes in minutes: " + esc(", ".join(meta["reductions"]))
+                     + ". GPU runs use the full size.")
+    if len(skipped):
+        notes.append(f"{len(skipped)} configuration(s) skipped, never run: "
+                     + esc("; ".join(sorted(set(skipped["cause"].dropna())))) + ".")
+    page = f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>autotune report - {esc(title)}</title>
+<style>
+body {{ font-family: sans-serif; margin: 1.5em; max-width: 1200px; color: #222; }}
+table {{ border-collapse: collapse; font-size: 0.85em; margin-bottom: 1.5em; }}
+th, td {{ padding: 3px 8px; border-bottom: 1px solid #ddd; text-align: right; }}
+th {{ background: #f3f3f3; }} .best {{ font-size: 1.1em; }} code {{ background: #f3f3f3; padding: 1px 4px; }}
+</style></head><body>
+<h1>autotune report</h1>
+<p>{esc(title)} - seq_len {meta['seq_len']} - budget {meta['budget_gib']:.1f} GiB - device {esc(meta['device_name'])} - torch {esc(meta['torch'])}</p>
+<p>Command: <code>{esc(meta['command'])}</code></p>
+{best_html}
+<ul>{''.join(f'<li>{n}</li>' for n in notes)}</ul>
+<h2>Pareto plot</h2>
+<div id="pareto-plot">{svg.getvalue()[svg.getvalue().find('<svg'):]}</div>
+<h2>Pareto front</h2>
+{_table(front)}
+<h2>Strategy effects against none / fp32 (measured) beside the article's claims</h2>
+{_table(effects, percent=("memory_change", "time_change"))}
+<h2>All trials</h2>
+{_table(scored[cols])}
+</body></html>
+"""
+    path = run_dir / "report.html"
+    path.write_text(page)
+    return path

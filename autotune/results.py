@@ -1,0 +1,68 @@
+"""Write a run's tables and tuned config, and the summary printed at the end."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import pandas as pd
+import yaml
+
+from autotune.plan import Plan
+from autotune.scoring import Baseline
+
+SUMMARY_COLUMNS = ["checkpointing", "precision", "micro_batch", "accumulation", "peak_memory_gib",
+                   "samples_per_s", "time_spread", "roi"]
+
+
+def pareto_table(scored: pd.DataFrame) -> pd.DataFrame:
+    return scored[scored["on_pareto"]].sort_values("peak_memory_gib")
+
+
+def best_config(plan: Plan, row: pd.Series, baseline: Baseline, command: str) -> dict:
+    def num(v):
+        return None if pd.isna(v) else float(v)
+
+    return {
+        "strategy": {"checkpointing": row["checkpointing"], "precision": row["precision"],
+                     "micro_batch": int(row["micro_batch"]), "accumulation": int(row["accumulation"])},
+        "global_batch": plan.global_batch,
+        "objective": plan.objective,
+        "budget_gib": round(plan.budget_gib, 3),
+        "device": {"kind": plan.device.kind, "name": plan.device.name},
+        "model": {"name": plan.model_name, "target": plan.model_target, "config": plan.model_config,
+                  "seq_len": plan.seq_len},
+        "measured": {"trial": int(row["number"]), "peak_memory_gib": num(row["peak_memory_gib"]),
+                     "device_peak_gib": num(row.get("device_peak_gib")), "samples_per_s": num(row["samples_per_s"]),
+                     "time_spread": num(row.get("time_spread")), "roi": num(row.get("roi"))},
+        "baseline": baseline.as_dict(),
+        "command": command,
+    }
+
+
+def write_outputs(run_dir: Path, plan: Plan, scored: pd.DataFrame, best: Optional[int], baseline: Baseline,
+                  command: str) -> None:
+    scored.to_csv(run_dir / "trials.csv", index=False)
+    pareto_table(scored).to_csv(run_dir / "pareto.csv", index=False)
+    if best is not None:
+        header = ("# Tuned by autotune; load it with: from autotune import load_tuned; "
+                  "tuned = load_tuned('best.yaml')\n")
+        body = yaml.safe_dump(best_config(plan, scored.loc[best], baseline, command), sort_keys=False)
+        (run_dir / "best.yaml").write_text(header + body)
+
+
+def summary(scored: pd.DataFrame, best: Optional[int], objective: str) -> str:
+    lines = []
+    counts = scored["status"].value_counts()
+    lines.append("trials: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
+    if best is None:
+        causes = scored[scored["status"] != "ok"].groupby("status")["cause"].first()
+        lines.append("no configuration ran ok within the budget; causes:")
+        lines += [f"  {s}: {c}" for s, c in causes.items()]
+        return "\n".join(lines)
+    b = scored.loc[best]
+    lines.append(f"best by {objective}: checkpointing={b['checkpointing']} precision={b['precision']} "
+                 f"micro_batch={int(b['micro_batch'])} accumulation={int(b['accumulation'])} "
+                 f"({b['peak_memory_gib']:.3f} GiB, {b['samples_per_s']:.1f} samples/s)")
+    lines.append("Pareto front (peak memory vs samples/s):")
+    lines.append(pareto_table(scored)[SUMMARY_COLUMNS].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    return "\n".join(lines)

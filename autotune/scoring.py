@@ -1,0 +1,100 @@
+"""Score a trials table: which trials fit the budget, their ROI, and the best one.
+
+Pure functions of a pandas table (one row per trial), so they are tested on hand-made
+tables without a GPU. The ROI formula (DESIGN.md):
+
+    ROI = memory_saved_gib * memory_price_per_gib_hour * job_hours
+          - (job_hours - baseline_job_hours) * compute_price_per_hour
+
+job_hours = workload_samples / samples_per_s / 3600, memory_saved_gib = baseline peak -
+trial peak (reserved memory on CUDA), baseline = no checkpointing, fp32, micro_batch =
+global_batch: what a user runs before tuning.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Optional
+
+import numpy as np
+import pandas as pd
+
+from autotune.pareto import pareto_mask
+
+OBJECTIVES = ("roi", "throughput")
+BASELINE_STRATEGY = {"checkpointing": "none", "precision": "fp32"}
+
+
+@dataclass(frozen=True)
+class Baseline:
+    peak_memory_gib: float
+    samples_per_s: Optional[float]
+    measured: bool  # True: the baseline configuration itself ran ok
+    note: str  # how the figures were obtained, for the report
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def fit_mask(trials: pd.DataFrame, budget_gib: float) -> pd.Series:
+    """Trials that ran ok, measured finite figures, and fit the budget at device level."""
+    peak = trials.get("device_peak_gib", trials["peak_memory_gib"]).fillna(trials["peak_memory_gib"])
+    return ((trials["status"] == "ok") & np.isfinite(trials["peak_memory_gib"])
+            & np.isfinite(trials["samples_per_s"]) & (peak <= budget_gib))
+
+
+def _is_baseline_strategy(trials: pd.DataFrame) -> pd.Series:
+    return (trials["checkpointing"] == "none") & (trials["precision"] == "fp32")
+
+
+def find_baseline(trials: pd.DataFrame, global_batch: int, budget_gib: float) -> Baseline:
+    plain = trials[_is_baseline_strategy(trials)]
+    row = plain[plain["micro_batch"] == global_batch]
+    if len(row) and row.iloc[0]["status"] == "ok":
+        r = row.iloc[0]
+        fits = r.get("device_peak_gib", r["peak_memory_gib"]) <= budget_gib
+        note = "measured" + ("" if fits else f"; it does not fit the {budget_gib:g} GiB budget")
+        return Baseline(float(r["peak_memory_gib"]), float(r["samples_per_s"]), True, note)
+    why = f"the baseline (none, fp32, micro_batch={global_batch}) " + (
+        f"ended '{row.iloc[0]['status']}'" if len(row) else "was not run")
+    ok = plain[plain["status"] == "ok"]
+    if len(ok):
+        nearest = ok.sort_values("micro_batch").iloc[-1]
+        return Baseline(budget_gib, float(nearest["samples_per_s"]), False,
+                        f"{why}: its peak is taken as at least the budget ({budget_gib:g} GiB, a lower bound), "
+                        f"its speed as that of none/fp32 at micro_batch={int(nearest['micro_batch'])}")
+    return Baseline(budget_gib, None, False,
+                    f"{why} and no none/fp32 trial ran: its peak is taken as at least the budget "
+                    f"({budget_gib:g} GiB, a lower bound) and the time term of ROI is left out")
+
+
+def score(trials: pd.DataFrame, global_batch: int, budget_gib: float, roi: dict) -> tuple[pd.DataFrame, Baseline]:
+    """Add fits_budget, job_hours, memory_saved_gib, roi and on_pareto columns."""
+    df = trials.copy()
+    baseline = find_baseline(df, global_batch, budget_gib)
+    df["fits_budget"] = fit_mask(df, budget_gib)
+    sps = df["samples_per_s"].where(df["samples_per_s"] > 0)
+    df["job_hours"] = roi["workload_samples"] / sps / 3600.0
+    df["memory_saved_gib"] = baseline.peak_memory_gib - df["peak_memory_gib"]
+    base_hours = (roi["workload_samples"] / baseline.samples_per_s / 3600.0
+                  if baseline.samples_per_s else df["job_hours"])
+    value = (df["memory_saved_gib"] * roi["memory_price_per_gib_hour"] * df["job_hours"]
+             - (df["job_hours"] - base_hours) * roi["compute_price_per_hour"])
+    df["roi"] = value.where(df["fits_budget"])  # a trial that does not fit has no ROI
+    mem = df["peak_memory_gib"].where(df["fits_budget"])
+    df["on_pareto"] = pareto_mask(mem, df["samples_per_s"].where(df["fits_budget"]))
+    return df, baseline
+
+
+def choose_best(scored: pd.DataFrame, objective: str) -> Optional[int]:
+    """Index of the best fitting trial, or None. Ties go to less memory, then less spread."""
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective={objective!r}: use one of {', '.join(OBJECTIVES)}")
+    candidates = scored[scored["fits_budget"]]
+    if objective == "roi":
+        candidates = candidates[np.isfinite(candidates["roi"])]
+    if candidates.empty:
+        return None
+    key = "roi" if objective == "roi" else "samples_per_s"
+    spread = candidates.get("time_spread", pd.Series(0.0, index=candidates.index)).fillna(0.0)
+    order = pd.DataFrame({"k": -candidates[key], "m": candidates["peak_memory_gib"], "s": spread})
+    return order.sort_values(["k", "m", "s"], kind="stable").index[0]

@@ -1,0 +1,99 @@
+"""Search spaces: read a space file, check it, enumerate the configurations it names.
+
+A space file (``search_spaces/*.yaml``) lists the values of each dimension; micro-batch
+bounds are inclusive and the tried values are the divisors of ``global_batch`` inside them,
+so that ``micro_batch * accumulation == global_batch`` always holds.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import yaml
+
+from autotune.strategy import CHECKPOINTING, PRECISIONS, Strategy
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+SPACE_KEYS = {"checkpointing", "precision", "micro_batch"}
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    checkpointing: tuple
+    precision: tuple
+    micro_batch_min: int
+    micro_batch_max: int
+
+    def micro_batches(self, global_batch: int) -> List[int]:
+        return [d for d in divisors(global_batch) if self.micro_batch_min <= d <= self.micro_batch_max]
+
+    def grid(self, global_batch: int) -> Dict[str, list]:
+        """The Optuna grid: every dimension with its values."""
+        return {
+            "checkpointing": list(self.checkpointing),
+            "precision": list(self.precision),
+            "micro_batch": self.micro_batches(global_batch),
+        }
+
+
+def divisors(n: int) -> List[int]:
+    return [d for d in range(1, n + 1) if n % d == 0] if n > 0 else []
+
+
+def space_path(path: str) -> Path:
+    p = Path(path)
+    return p if p.is_absolute() else PROJECT_ROOT / p
+
+
+def load_space(path: str, problems: List[str]) -> Optional[SearchSpace]:
+    """Read and check a space file; append every problem found to ``problems``."""
+    file = space_path(path)
+    key = "search_space.path"
+    if not file.is_file():
+        problems.append(f"{key}={path}: no such file ({file}); use a file under search_spaces/, e.g. search_spaces/default.yaml")
+        return None
+    try:
+        data = yaml.safe_load(file.read_text()) or {}
+    except yaml.YAMLError as e:
+        problems.append(f"{key}={path}: not valid YAML ({e}); fix the file")
+        return None
+    if not isinstance(data, dict):
+        problems.append(f"{key}={path}: must be a mapping of dimensions; see search_spaces/default.yaml")
+        return None
+    for unknown in sorted(set(data) - SPACE_KEYS):
+        problems.append(f"{file.name}: unknown dimension '{unknown}'; known: {', '.join(sorted(SPACE_KEYS))}")
+
+    def values(name: str, allowed: tuple) -> tuple:
+        vals = data.get(name)
+        if not isinstance(vals, list) or not vals:
+            problems.append(f"{file.name}: {name} must be a non-empty list drawn from {list(allowed)}; got {vals!r}")
+            return ()
+        bad = [v for v in vals if v not in allowed]
+        if bad:
+            problems.append(f"{file.name}: {name} has unknown value(s) {bad}; use values from {list(allowed)}")
+        return tuple(v for v in dict.fromkeys(vals) if v in allowed)
+
+    ckpt = values("checkpointing", CHECKPOINTING)
+    prec = values("precision", PRECISIONS)
+    mb = data.get("micro_batch")
+    lo = hi = None
+    if not isinstance(mb, dict) or set(mb) - {"min", "max"}:
+        problems.append(f"{file.name}: micro_batch must be a mapping {{min: N, max: M}} (inclusive bounds); got {mb!r}")
+    else:
+        lo, hi = mb.get("min", 1), mb.get("max", 1 << 30)
+        for bound, v in (("min", lo), ("max", hi)):
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                problems.append(f"{file.name}: micro_batch.{bound}={v!r} must be an integer >= 1")
+        if isinstance(lo, int) and isinstance(hi, int) and lo > hi:
+            problems.append(f"{file.name}: micro_batch.min={lo} is above micro_batch.max={hi}; swap them")
+    if lo is None or not ckpt or not prec:
+        return None
+    return SearchSpace(ckpt, prec, int(lo), int(hi))
+
+
+def skip_reason(strategy: Strategy, supported: tuple, unsupported: Dict[str, str]) -> Optional[str]:
+    """Why the device cannot run ``strategy`` (so it is recorded as skipped), or None."""
+    if strategy.precision not in supported:
+        return unsupported.get(strategy.precision, f"{strategy.precision} is not supported on this device")
+    return None

@@ -1,0 +1,147 @@
+"""One trial, in a process of its own: build the model, train it briefly, measure, report.
+
+    python -m autotune.trial outputs/.../trials/000/spec.json
+
+reads the spec, writes ``result.json`` beside it (or at the spec's ``result`` path), and
+exits 0 whenever it could write a result, whatever the trial's status. A process that
+ends without a result file is recorded as ``crash`` by the driver.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import torch  # noqa: E402
+
+from autotune.measure import memory_growth_gib, memory_probe, step_time_stats  # noqa: E402
+from autotune.strategy import Strategy, apply_checkpointing, autocast_context, make_scaler  # noqa: E402
+
+
+def resolve_builder(target: str):
+    """Import ``package.module:function`` (or ``package.module.function``)."""
+    import importlib
+
+    module_name, _, attr = target.partition(":") if ":" in target else target.rpartition(".")
+    module = importlib.import_module(module_name)
+    return getattr(module, attr)
+
+
+def optimizer_step(workload, batch, strategy: Strategy, optimizer, scaler, device_type: str) -> torch.Tensor:
+    """One optimizer step of ``strategy.accumulation`` micro-steps; returns the mean loss."""
+    total = torch.zeros((), device=batch_device(batch))
+    for _ in range(strategy.accumulation):
+        with autocast_context(strategy.precision, device_type):
+            loss = workload.loss(workload.model, batch) / strategy.accumulation
+        scaler.scale(loss).backward()
+        total += loss.detach().float()
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad(set_to_none=True)
+    return total
+
+
+def batch_device(batch):
+    if isinstance(batch, torch.Tensor):
+        return batch.device
+    values = batch.values() if isinstance(batch, dict) else batch
+    return next(v.device for v in values if isinstance(v, torch.Tensor))
+
+
+def run(spec: dict) -> dict:
+    strategy = Strategy(**spec["strategy"])
+    device = spec["device"]
+    device_type = "cuda" if device.startswith("cuda") else "cpu"
+    sync = torch.cuda.synchronize if device_type == "cuda" else (lambda: None)
+    timings = {}
+
+    builder = resolve_builder(spec["model"]["target"])
+    probe = memory_probe(device)  # after imports (and CUDA start-up), before the model
+    # From the driver's launch (interpreter, imports, CUDA context) to here.
+    timings["startup_s"] = time.time() - spec.get("launched_at", time.time())
+
+    t = time.perf_counter()
+    torch.manual_seed(spec.get("seed", 0))
+    workload = builder(device=device, seq_len=spec["seq_len"], **spec["model"].get("config", {}))
+    workload.model.train()
+    n_ckpt = apply_checkpointing(workload.blocks, strategy.checkpointing)
+    optimizer = torch.optim.AdamW(workload.model.parameters(), lr=spec.get("lr", 1e-4))
+    scaler = make_scaler(strategy.precision, device_type)
+    batch = workload.make_batch(strategy.micro_batch, torch.device(device))
+    sync()
+    timings["build_s"] = time.perf_counter() - t
+
+    def step() -> float:
+        return float(optimizer_step(workload, batch, strategy, optimizer, scaler, device_type))  # synchronises
+
+    memory = None
+    if probe.separate_window:  # CPU: a step to create the optimizer state, then the memory step
+        t = time.perf_counter()
+        step()
+        timings["first_step_s"] = time.perf_counter() - t
+        probe.start_window()
+        step()
+        memory = probe.end_window()
+
+    warmup, measure = spec["warmup_steps"], spec["measure_steps"]
+    step_times, losses, in_use = [], [], []
+    status, cause = "ok", None
+    for i in range(warmup + measure):
+        if i == warmup and memory is None:
+            probe.start_window()
+        sync()
+        t = time.perf_counter()
+        loss = step()
+        sync()
+        dt = time.perf_counter() - t
+        timings.setdefault("first_step_s", dt)
+        if i >= warmup:
+            step_times.append(dt)
+            losses.append(loss)
+            in_use.append(probe.in_use())
+            if not math.isfinite(loss):
+                status, cause = "nan", f"non-finite loss {loss} at measured step {i - warmup}"
+                break
+    timings["measured_s"] = sum(step_times)
+    timings["total_s"] = time.time() - spec.get("launched_at", time.time())
+
+    result = {"status": status, "cause": cause, "device": device_type, "n_checkpointed": n_ckpt,
+              "losses": losses, "step_times_s": step_times, "timings": timings}
+    result.update(memory or probe.finish())
+    result.update(step_time_stats(step_times, strategy.global_batch))
+    result["memory_growth_gib"] = memory_growth_gib(in_use)
+    return result
+
+
+def _write(path: Path, result: dict) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result, indent=1, default=str))
+    os.replace(tmp, path)  # atomic: the driver never reads half a result
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python -m autotune.trial SPEC.json", file=sys.stderr)
+        return 2
+    spec_path = Path(argv[0])
+    spec = json.loads(spec_path.read_text())
+    result_path = Path(spec.get("result") or spec_path.with_name("result.json"))
+    try:
+        result = run(spec)
+    except torch.OutOfMemoryError as e:
+        result = {"status": "oom", "cause": str(e).splitlines()[0][:500]}
+    except Exception as e:  # any other failure of the user's code or ours: recorded, not raised
+        traceback.print_exc()
+        result = {"status": "error", "cause": f"{type(e).__name__}: {e}"[:1000]}
+    _write(result_path, result)
+    print(json.dumps({k: result.get(k) for k in ("status", "cause", "peak_memory_gib", "samples_per_s")}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

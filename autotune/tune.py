@@ -1,0 +1,77 @@
+"""One tuning run: check the config, run the study, score it, write every output."""
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+import optuna
+import torch
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from autotune.driver import run_study, trials_table
+from autotune.plan import ConfigError, Plan, make_plan
+from autotune.report import write_report
+from autotune.results import summary, write_outputs
+from autotune.scoring import choose_best, score
+
+log = logging.getLogger("autotune")
+
+
+def _overridden_keys(overrides) -> frozenset:
+    return frozenset(o.split("=", 1)[0].lstrip("+~") for o in overrides)
+
+
+def _describe(plan: Plan) -> None:
+    d = plan.device
+    grid = plan.space.grid(plan.global_batch)
+    n = len(grid["checkpointing"]) * len(grid["precision"]) * len(plan.micro_batches)
+    log.info(f"device: {d.name} ({d.kind}, {d.memory_gib:.1f} GiB); budget {plan.budget_gib:.1f} GiB"
+             + (" (the device's memory)" if plan.budget_is_device_memory else ""))
+    log.info(f"model {plan.model_name}, seq_len {plan.seq_len}, global batch {plan.global_batch}; "
+             f"{n} configurations: checkpointing {grid['checkpointing']} x precision {grid['precision']} "
+             f"x micro_batch {plan.micro_batches}")
+    if plan.reductions:
+        log.info("CPU run: reduced so it finishes in minutes (GPU runs use the full size; cpu_reduce=false "
+                 "turns this off): " + ", ".join(plan.reductions))
+
+
+def tune(cfg: DictConfig, run_dir: Path, overrides=()) -> int:
+    """Run the whole loop; returns the process exit code."""
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    try:
+        plan = make_plan(OmegaConf.to_object(cfg), _overridden_keys(overrides))
+    except ConfigError as e:
+        log.error(str(e))
+        return 2
+    except OmegaConfBaseException as e:  # a missing mandatory value, for example
+        log.error(f"invalid configuration: {e}")
+        return 2
+    _describe(plan)
+    command = " ".join(["python -m autotune", *overrides])
+    interrupted = False
+    try:
+        study = run_study(plan, run_dir)
+    except KeyboardInterrupt:
+        interrupted = True
+        study = optuna.load_study(study_name=plan.study_name,
+                                  storage=plan.storage or f"sqlite:///{(run_dir / 'study.db').resolve()}")
+    table = trials_table(study)
+    if table.empty:
+        log.error("no trial finished")
+        return 130 if interrupted else 1
+    scored, baseline = score(table, plan.global_batch, plan.budget_gib, plan.roi)
+    best = choose_best(scored, plan.objective)
+    write_outputs(run_dir, plan, scored, best, baseline, command)
+    meta = {"model": plan.model_name, "device_name": plan.device.name, "global_batch": plan.global_batch,
+            "seq_len": plan.seq_len, "budget_gib": plan.budget_gib, "objective": plan.objective,
+            "torch": torch.__version__ + (f", CUDA {torch.version.cuda}" if torch.version.cuda else ""),
+            "command": command, "reductions": plan.reductions}
+    report = write_report(run_dir, scored, best, baseline, meta)
+    log.info(summary(scored, best, plan.objective))
+    log.info(f"outputs: {run_dir}  (report: {report.name}, tuned config: best.yaml)")
+    if interrupted:
+        log.info("interrupted: the outputs cover the trials that finished")
+        return 130
+    return 0 if best is not None else 1

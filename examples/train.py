@@ -1,0 +1,90 @@
+"""Train BERT with the configuration autotune tuned, through autotune's public API.
+
+    python -m autotune model=bert-large              # writes outputs/.../best.yaml
+    python examples/train.py outputs/.../best.yaml --steps 50
+
+It builds the model that best.yaml names (transformers, random weights), applies the
+tuned checkpointing, precision, micro-batch and accumulation, trains on synthetic batches
+and prints peak memory and samples/s measured the way the trial measured them, so the two
+can be compared.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import torch
+from transformers import BertConfig, BertForSequenceClassification
+
+from autotune import load_tuned
+
+
+def build_model(tuned, device: torch.device) -> torch.nn.Module:
+    with device:
+        return BertForSequenceClassification(BertConfig(**tuned.model["config"]))
+
+
+def make_batch(tuned, model, device: torch.device) -> dict:
+    n, seq_len = tuned.micro_batch, tuned.model.get("seq_len", 128)
+    ids = torch.randint(0, model.config.vocab_size, (n, seq_len), device=device)
+    labels = torch.randint(0, model.config.num_labels, (n,), device=device)
+    return {"input_ids": ids, "labels": labels}
+
+
+def train(tuned, model: torch.nn.Module, device: torch.device, steps: int, warmup: int = 2) -> dict:
+    cuda = device.type == "cuda"
+    model.train()
+    tuned.apply(model)  # activation checkpointing on the model's layers, if tuned so
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    scaler = tuned.scaler(device.type)  # enabled for fp16 only
+    batch = make_batch(tuned, model, device)
+    step_times, losses = [], []
+    for step in range(steps):
+        if step == warmup and cuda:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+        if cuda:
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        total = torch.zeros((), device=device)
+        for _ in range(tuned.accumulation):  # micro_batch x accumulation = the global batch
+            with tuned.autocast(device.type):
+                loss = model(**batch).loss / tuned.accumulation
+            scaler.scale(loss).backward()
+            total += loss.detach().float()
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad(set_to_none=True)
+        if cuda:
+            torch.cuda.synchronize()
+        if step >= warmup:
+            step_times.append(time.perf_counter() - start)
+        losses.append(float(total))  # one synchronisation per optimizer step
+    median = statistics.median(step_times) if step_times else float("nan")
+    out = {"steps": steps, "final_loss": losses[-1], "step_time_s": median,
+           "samples_per_s": tuned.global_batch / median if step_times else None}
+    if cuda:
+        out["peak_reserved_gib"] = torch.cuda.max_memory_reserved() / 1024**3
+        out["peak_allocated_gib"] = torch.cuda.max_memory_allocated() / 1024**3
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("best_yaml", help="a best.yaml written by python -m autotune")
+    parser.add_argument("--steps", type=int, default=50, help="optimizer steps (default 50)")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    args = parser.parse_args()
+    tuned = load_tuned(args.best_yaml)
+    device = torch.device(args.device)
+    print(f"tuned: {tuned.strategy.label()} (trial measured {tuned.measured.get('samples_per_s')} samples/s, "
+          f"{tuned.measured.get('peak_memory_gib')} GiB)")
+    result = train(tuned, build_model(tuned, device), device, args.steps)
+    result["trial"] = tuned.measured
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,42 @@
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+TEST_CONF = ROOT / "tests" / "conf"
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+def trial_env() -> dict:
+    """Environment for trial processes: tests.workloads importable, no GPU unless asked."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+
+
+def run_cli(run_dir: Path, *overrides: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    """Run ``python -m autotune`` as a user would, with the test model group on the search path."""
+    cmd = [sys.executable, "-m", "autotune", f"hydra.run.dir={run_dir}",
+           f"hydra.searchpath=[file://{TEST_CONF}]", *overrides]
+    return subprocess.run(cmd, cwd=ROOT, env=trial_env(), capture_output=True, text=True, timeout=timeout)
+
+
+def compose(*overrides: str):
+    """The real config, composed with the overrides a user would type."""
+    from hydra import compose as hydra_compose, initialize_config_dir
+
+    from autotune.cli import CONF_DIR
+
+    with initialize_config_dir(version_base="1.3", config_dir=CONF_DIR):
+        return hydra_compose(config_name="config",
+                             overrides=[f"hydra.searchpath=[file://{TEST_CONF}]", *overrides])

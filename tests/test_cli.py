@@ -1,0 +1,68 @@
+"""The whole loop through the CLI, as a user runs it, on a tiny model."""
+import re
+
+import pandas as pd
+import yaml
+
+from autotune import load_tuned
+from tests.conftest import run_cli
+
+FAST = ["model=tiny", "device=cpu", "global_batch=8", "seq_len=16", "trial.warmup_steps=1", "trial.measure_steps=3"]
+
+
+def test_tune_writes_every_output(tmp_path):
+    run_dir = tmp_path / "run"
+    out = run_cli(run_dir, *FAST)
+    assert out.returncode == 0, out.stdout + out.stderr
+    for name in ["best.yaml", "trials.csv", "pareto.csv", "report.html", "pareto.png", "study.db",
+                 ".hydra/config.yaml", "autotune.log"]:
+        assert (run_dir / name).is_file(), name
+
+    trials = pd.read_csv(run_dir / "trials.csv")
+    for col in ["status", "checkpointing", "precision", "micro_batch", "accumulation", "peak_memory_gib",
+                "samples_per_s", "roi", "cause"]:
+        assert col in trials.columns
+    # 2 checkpointing x 3 precisions x micro-batches {4, 8}: every configuration once.
+    assert len(trials) == 12
+    assert len(trials.drop_duplicates(["checkpointing", "precision", "micro_batch"])) == 12
+    assert (trials["micro_batch"] * trials["accumulation"] == 8).all()
+    ran = trials[trials["status"] == "ok"]
+    assert set(ran["precision"]) == {"fp32"} and len(ran) == 4  # this CPU has no native bf16/fp16
+    skipped = trials[trials["status"] == "skipped"]
+    assert skipped["cause"].str.contains("no native").all()
+
+    # One progress line per trial, then the summary with the Pareto front.
+    assert len(re.findall(r"^\[\s*\d+/12\]", out.stdout, flags=re.M)) == 12
+    assert "best by roi:" in out.stdout and "Pareto front" in out.stdout
+
+    tuned = load_tuned(run_dir / "best.yaml")
+    best = yaml.safe_load((run_dir / "best.yaml").read_text())
+    row = trials[trials["number"] == best["measured"]["trial"]].iloc[0]
+    assert (tuned.checkpointing, tuned.precision, tuned.micro_batch) == (row["checkpointing"], row["precision"], row["micro_batch"])
+    assert tuned.micro_batch * tuned.accumulation == 8
+    assert row["roi"] == trials["roi"].max()
+
+    pareto = pd.read_csv(run_dir / "pareto.csv")
+    assert len(pareto) >= 1 and set(pareto["number"]) <= set(ran["number"])
+
+    html = (run_dir / "report.html").read_text()
+    assert "<svg" in html and "Strategy effects" in html and "-60 to -70 % memory" in html
+    # Self-contained: nothing to fetch (SVG namespace URIs are identifiers, not requests).
+    refs = re.findall(r'(?:src|href)\s*=\s*["\'](https?:[^"\']+)', html)
+    assert refs == []
+
+
+def test_bad_input_is_rejected_before_any_trial_or_storage(tmp_path):
+    run_dir = tmp_path / "run"
+    out = run_cli(run_dir, "model=tiny", "device=cpu", "global_batch=0", "objective=fastest")
+    assert out.returncode == 2
+    assert "global_batch=0: must be a positive integer" in out.stdout + out.stderr
+    assert "objective=fastest: unknown objective" in out.stdout + out.stderr
+    assert not (run_dir / "study.db").exists() and not (run_dir / "trials").exists()
+
+
+def test_unknown_key_and_unknown_model_fail_at_compose(tmp_path):
+    out = run_cli(tmp_path / "a", "model=tiny", "budget=3")
+    assert out.returncode != 0 and "budget" in out.stderr
+    out = run_cli(tmp_path / "b", "model=gpt5")
+    assert out.returncode != 0 and "gpt5" in out.stderr and "bert" in out.stderr

@@ -1,0 +1,74 @@
+"""examples/train.py trains with a best.yaml, and the tuned strategy is really applied."""
+import importlib.util
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+import yaml
+
+from autotune import load_tuned
+from tests.conftest import ROOT
+
+TINY = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64,
+        "max_position_embeddings": 64, "vocab_size": 128}
+
+
+def best_yaml(tmp_path, checkpointing="full", precision="bf16", micro_batch=2, accumulation=2, kind="cpu"):
+    path = tmp_path / "best.yaml"
+    path.write_text(yaml.safe_dump({
+        "strategy": {"checkpointing": checkpointing, "precision": precision, "micro_batch": micro_batch,
+                     "accumulation": accumulation},
+        "device": {"kind": kind}, "model": {"name": "tiny", "config": TINY, "seq_len": 16},
+        "measured": {"samples_per_s": 1.0, "peak_memory_gib": 0.1}}))
+    return path
+
+
+def load_example():
+    spec = importlib.util.spec_from_file_location("example_train", ROOT / "examples" / "train.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("checkpointing, forwards_per_micro_step", [("full", 2), ("none", 1)])
+def test_tuned_checkpointing_and_precision_are_applied(tmp_path, checkpointing, forwards_per_micro_step):
+    example = load_example()
+    tuned = load_tuned(best_yaml(tmp_path, checkpointing=checkpointing))
+    device = torch.device("cpu")
+    model = example.build_model(tuned, device)
+    attention_calls, linear_dtypes = [], []
+    # Inside block 0: its forward runs again in backward when the block is checkpointed.
+    model.bert.encoder.layer[0].attention.register_forward_hook(lambda m, i, o: attention_calls.append(1))
+    model.bert.encoder.layer[0].intermediate.dense.register_forward_hook(lambda m, i, o: linear_dtypes.append(o.dtype))
+    steps = 3
+    out = example.train(tuned, model, device, steps=steps, warmup=1)
+    micro_steps = steps * tuned.accumulation
+    assert len(attention_calls) == forwards_per_micro_step * micro_steps
+    assert set(linear_dtypes) == {torch.bfloat16}  # the tuned autocast dtype
+    assert out["steps"] == steps and out["samples_per_s"] > 0
+
+
+def test_fp32_runs_without_autocast_and_scaler_only_for_fp16(tmp_path):
+    tuned = load_tuned(best_yaml(tmp_path, precision="fp32"))
+    assert not tuned.scaler("cpu").is_enabled()
+    with tuned.autocast("cpu"):
+        assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.float32
+    fp16 = load_tuned(best_yaml(tmp_path, precision="fp16"))
+    assert fp16.scaler("cpu").is_enabled()
+
+
+def test_load_tuned_rejects_a_file_that_is_not_a_best_yaml(tmp_path):
+    bad = tmp_path / "x.yaml"
+    bad.write_text("hello: world\n")
+    with pytest.raises(ValueError, match=r"x.yaml: not a readable autotune best.yaml"):
+        load_tuned(bad)
+
+
+def test_example_runs_as_a_script(tmp_path):
+    out = subprocess.run([sys.executable, "examples/train.py", str(best_yaml(tmp_path, precision="fp32")),
+                          "--steps", "3", "--device", "cpu"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["steps"] == 3 and result["samples_per_s"] > 0

@@ -1,0 +1,83 @@
+"""GPU path: real CUDA trials, the CLI on CUDA, the example with fp16. Run with -m gpu."""
+import json
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+import torch
+
+from autotune.runner import run_trial
+from tests.conftest import ROOT, run_cli, trial_env
+from tests.test_example import best_yaml, load_example
+
+pytestmark = pytest.mark.gpu
+
+
+def cuda_spec(ckpt, prec, mb, acc=1, config=None, seq_len=256):
+    return {"model": {"name": "t", "target": "tests.workloads:mlp", "config": config or {"width": 1024, "depth": 8}},
+            "seq_len": seq_len, "device": "cuda:0",
+            "strategy": {"checkpointing": ckpt, "precision": prec, "micro_batch": mb, "accumulation": acc},
+            "warmup_steps": 2, "measure_steps": 5, "lr": 1e-4, "seed": 0}
+
+
+def test_cuda_trial_measures_allocator_and_nvml(tmp_path):
+    r = run_trial(cuda_spec("none", "bf16", 32), tmp_path / "t", 300, env=trial_env())
+    assert r["status"] == "ok", r
+    assert r["device"] == "cuda"
+    assert 0 < r["peak_allocated_gib"] <= r["peak_reserved_gib"] == r["peak_memory_gib"]
+    assert r["num_alloc_retries"] == 0
+    # NVML sees this process's context on top of what the allocator reserved.
+    assert r["cuda_context_gib"] > 0
+    assert r["device_peak_gib"] == pytest.approx(r["peak_reserved_gib"] + r["cuda_context_gib"])
+    assert r["nvml_used_gib"] >= r["peak_reserved_gib"] * 0.99
+
+
+def test_cuda_checkpointing_lowers_peak_allocated(tmp_path):
+    plain = run_trial(cuda_spec("none", "fp32", 64), tmp_path / "a", 300, env=trial_env())
+    ckpt = run_trial(cuda_spec("full", "fp32", 64), tmp_path / "b", 300, env=trial_env())
+    assert plain["status"] == ckpt["status"] == "ok"
+    assert ckpt["peak_allocated_gib"] < 0.7 * plain["peak_allocated_gib"]
+
+
+def test_fp16_trial_uses_the_scaler_and_stays_finite(tmp_path):
+    r = run_trial(cuda_spec("full", "fp16", 16, acc=2), tmp_path / "t", 300, env=trial_env())
+    assert r["status"] == "ok", r
+    assert all(abs(x) < 1e4 for x in r["losses"])
+
+
+def test_real_cuda_oom_is_recorded_as_oom(tmp_path):
+    free = torch.cuda.mem_get_info()[0]
+    # Activations of (mb, seq, width) fp32 per layer far beyond the card's free memory.
+    width = 8192
+    mb = int(free / (4 * 512 * width) / 2) + 1
+    r = run_trial(cuda_spec("none", "fp32", mb, config={"width": width, "depth": 8}, seq_len=512),
+                  tmp_path / "t", 300, env=trial_env())
+    assert r["status"] == "oom", r
+    assert "out of memory" in r["cause"].lower()
+
+
+def test_cli_on_cuda_end_to_end(tmp_path):
+    run_dir = tmp_path / "run"
+    out = run_cli(run_dir, "model=tiny", "device=cuda", "global_batch=8", "seq_len=32",
+                  "trial.warmup_steps=1", "trial.measure_steps=3")
+    assert out.returncode == 0, out.stdout + out.stderr
+    trials = pd.read_csv(run_dir / "trials.csv")
+    assert set(trials[trials["status"] == "ok"]["precision"]) == {"fp32", "bf16", "fp16"}
+    assert trials["nvml_used_gib"].notna().any()
+    assert (run_dir / "report.html").is_file() and (run_dir / "best.yaml").is_file()
+
+
+def test_example_on_cuda_with_fp16(tmp_path):
+    example = load_example()
+    from autotune import load_tuned
+
+    tuned = load_tuned(best_yaml(tmp_path, checkpointing="full", precision="fp16", kind="cuda"))
+    device = torch.device("cuda")
+    model = example.build_model(tuned, device)
+    dtypes = []
+    model.bert.encoder.layer[0].intermediate.dense.register_forward_hook(lambda m, i, o: dtypes.append(o.dtype))
+    out = example.train(tuned, model, device, steps=4, warmup=1)
+    assert set(dtypes) == {torch.float16}
+    assert out["peak_reserved_gib"] > 0
+    assert torch.isfinite(torch.tensor(out["final_loss"]))

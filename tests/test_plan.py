@@ -1,0 +1,80 @@
+"""Config checking: bad input is rejected before any trial, every problem at once."""
+import pytest
+from hydra.errors import ConfigCompositionException
+from omegaconf import OmegaConf
+
+from autotune.plan import ConfigError, make_plan
+from tests.conftest import compose
+
+
+def plan_for(*overrides):
+    return make_plan(OmegaConf.to_object(compose(*overrides)), frozenset(o.split("=")[0] for o in overrides))
+
+
+def test_default_config_on_cpu_is_reduced_and_says_how():
+    plan = plan_for("device=cpu")
+    assert plan.device.kind == "cpu"
+    assert plan.global_batch == 16 and plan.seq_len == 128
+    assert "num_hidden_layers 12->4" in plan.reductions
+    assert plan.micro_batches == [4, 8, 16]
+
+
+def test_explicit_overrides_beat_the_cpu_reduction():
+    plan = plan_for("device=cpu", "global_batch=32", "model.config.num_hidden_layers=3")
+    assert plan.global_batch == 32 and plan.model_config["num_hidden_layers"] == 3
+    assert plan.micro_batches == [4, 8, 16, 32]
+
+
+def test_every_problem_is_reported_at_once_with_key_value_and_fix():
+    with pytest.raises(ConfigError) as e:
+        plan_for("device=cpu", "global_batch=0", "objective=speed", "budget_gib=-1", "trial.measure_steps=0",
+                 "roi.workload_samples=0")
+    text = str(e.value)
+    assert "global_batch=0: must be a positive integer; e.g. global_batch=64" in text
+    assert "objective=speed: unknown objective; use one of roi, throughput" in text
+    assert "budget_gib=-1.0: must be > 0" in text
+    assert "trial.measure_steps=0" in text
+    assert "roi.workload_samples=0" in text
+    assert len(e.value.problems) == 5
+
+
+def test_budget_above_the_device_memory_is_rejected():
+    with pytest.raises(ConfigError, match=r"budget_gib=100000.0: above this device's memory .* use a value <="):
+        plan_for("device=cpu", "budget_gib=100000")
+
+
+def test_micro_batch_bounds_leaving_no_divisor_list_the_divisors(tmp_path):
+    space = tmp_path / "s.yaml"
+    space.write_text("checkpointing: [none]\nprecision: [fp32]\nmicro_batch: {min: 5, max: 7}\n")
+    with pytest.raises(ConfigError, match=r"leave no divisor of global_batch=16; use bounds that include one of 1, 2, 4, 8, 16"):
+        plan_for("device=cpu", f"search_space.path={space}")
+
+
+def test_unknown_precision_in_a_space_file(tmp_path):
+    space = tmp_path / "s.yaml"
+    space.write_text("checkpointing: [none]\nprecision: [fp32, int8]\nmicro_batch: {min: 1, max: 64}\n")
+    with pytest.raises(ConfigError, match=r"precision has unknown value\(s\) \['int8'\]"):
+        plan_for("device=cpu", f"search_space.path={space}")
+
+
+def test_unimportable_model_target_is_one_clear_error():
+    with pytest.raises(ConfigError, match=r"model._target_=nowhere.module:build: cannot be imported"):
+        plan_for("device=cpu", "model._target_=nowhere.module:build")
+
+
+def test_cuda_requested_without_cuda(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ConfigError, match="device=cuda: no CUDA device is visible here; use device=cpu"):
+        plan_for("device=cuda")
+
+
+@pytest.mark.parametrize("override, message", [
+    ("no_such_key=1", "no_such_key"),
+    ("global_batch=abc", "global_batch"),
+    ("model=resnet", "model"),
+])
+def test_hydra_rejects_unknown_keys_wrong_types_and_unknown_models(override, message):
+    with pytest.raises(ConfigCompositionException, match=message):
+        compose(override)

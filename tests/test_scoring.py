@@ -1,0 +1,101 @@
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from autotune.effects import strategy_effects
+from autotune.scoring import choose_best, find_baseline, score
+
+ROI = {"memory_price_per_gib_hour": 0.5, "compute_price_per_hour": 2.0, "workload_samples": 36000.0}
+
+
+def table(rows):
+    cols = ["status", "checkpointing", "precision", "micro_batch", "peak_memory_gib", "samples_per_s"]
+    df = pd.DataFrame(rows, columns=cols)
+    df["number"] = range(len(df))
+    df["accumulation"] = 8 // df["micro_batch"]
+    df["time_spread"] = 0.01
+    df["cause"] = None
+    return df
+
+
+def test_roi_matches_the_formula_by_hand():
+    df = table([
+        ["ok", "none", "fp32", 8, 10.0, 10.0],  # baseline: 36000 samples at 10/s = 1 h
+        ["ok", "full", "fp32", 8, 4.0, 5.0],  # 2 h, saves 6 GiB
+        ["ok", "none", "bf16", 8, 7.0, 20.0],  # 0.5 h, saves 3 GiB
+    ])
+    scored, baseline = score(df, global_batch=8, budget_gib=80, roi=ROI)
+    assert baseline.measured and baseline.peak_memory_gib == 10.0
+    # ROI = saved * 0.5 * hours - (hours - 1) * 2
+    assert scored.loc[0, "roi"] == pytest.approx(0.0)
+    assert scored.loc[1, "roi"] == pytest.approx(6 * 0.5 * 2 - (2 - 1) * 2)  # 4.0
+    assert scored.loc[2, "roi"] == pytest.approx(3 * 0.5 * 0.5 - (0.5 - 1) * 2)  # 1.75
+    assert choose_best(scored, "roi") == 1
+    assert choose_best(scored, "throughput") == 2
+
+
+def test_trials_over_budget_have_no_roi_and_never_win():
+    df = table([["ok", "none", "fp32", 8, 10.0, 10.0], ["ok", "none", "bf16", 8, 30.0, 100.0]])
+    scored, _ = score(df, 8, budget_gib=20, roi=ROI)
+    assert scored["fits_budget"].tolist() == [True, False]
+    assert math.isnan(scored.loc[1, "roi"])
+    assert choose_best(scored, "throughput") == 0
+
+
+def test_nan_inf_and_failed_rows_never_win_nor_join_the_front():
+    df = table([
+        ["ok", "none", "fp32", 8, 10.0, 10.0],
+        ["nan", "none", "fp16", 8, 5.0, 50.0],  # measured, but its loss was not finite
+        ["oom", "none", "fp32", 4, np.nan, np.nan],
+        ["ok", "full", "fp32", 4, np.inf, 12.0],
+        ["ok", "full", "bf16", 4, 3.0, np.nan],
+    ])
+    scored, _ = score(df, 8, 80, ROI)
+    assert scored["fits_budget"].tolist() == [True, False, False, False, False]
+    assert scored["on_pareto"].tolist() == [True, False, False, False, False]
+    assert choose_best(scored, "throughput") == 0
+    assert choose_best(scored, "roi") == 0
+
+
+def test_ties_go_to_less_memory_then_less_spread():
+    df = table([["ok", "none", "fp32", 8, 10.0, 10.0], ["ok", "full", "fp32", 8, 6.0, 10.0],
+                ["ok", "full", "fp32", 4, 6.0, 10.0]])
+    df.loc[1, "time_spread"] = 0.2
+    scored, _ = score(df, 8, 80, ROI)
+    assert scored["on_pareto"].tolist() == [False, True, True]  # exact tie: both on the front
+    assert choose_best(scored, "throughput") == 2
+
+
+def test_no_fitting_trial_means_no_best():
+    df = table([["oom", "none", "fp32", 8, np.nan, np.nan]])
+    scored, baseline = score(df, 8, 80, ROI)
+    assert choose_best(scored, "roi") is None
+    assert not baseline.measured
+
+
+def test_baseline_that_did_not_run_uses_the_budget_as_a_stated_lower_bound():
+    df = table([["oom", "none", "fp32", 8, np.nan, np.nan], ["ok", "none", "fp32", 4, 12.0, 9.0],
+                ["ok", "full", "fp32", 2, 5.0, 6.0]])
+    baseline = find_baseline(df, global_batch=8, budget_gib=16)
+    assert not baseline.measured
+    assert baseline.peak_memory_gib == 16 and baseline.samples_per_s == 9.0
+    assert "lower bound" in baseline.note and "micro_batch=4" in baseline.note
+    scored, _ = score(df, 8, 16, ROI)
+    assert scored.loc[2, "memory_saved_gib"] == pytest.approx(11.0)
+
+
+def test_unknown_objective_is_rejected():
+    with pytest.raises(ValueError, match="objective='speed'"):
+        choose_best(table([["ok", "none", "fp32", 8, 1.0, 1.0]]).assign(fits_budget=True, roi=0.0), "speed")
+
+
+def test_strategy_effects_compare_at_the_baseline_micro_batch():
+    df = table([["ok", "none", "fp32", 8, 10.0, 10.0], ["ok", "full", "fp32", 8, 4.0, 8.0],
+                ["oom", "none", "bf16", 8, np.nan, np.nan]])
+    eff = strategy_effects(df, 8).set_index("strategy")
+    assert eff.loc["activation checkpointing (full)", "memory_change"] == pytest.approx(-0.6)
+    assert eff.loc["activation checkpointing (full)", "time_change"] == pytest.approx(0.25)
+    assert eff.loc["AMP bf16", "measured"] == "trial ended 'oom'"
+    assert eff.loc["checkpointing + bf16", "measured"] == "not in the search space"
