@@ -80,6 +80,8 @@ def _table(df: pd.DataFrame, percent: tuple = ()) -> str:
             out[c] = out[c].map(lambda v: "" if pd.isna(v) else f"{100 * v:+.0f} %")
         elif out[c].dtype.kind == "f":
             out[c] = out[c].map(lambda v: "" if pd.isna(v) else f"{v:.4g}")
+        elif out[c].dtype.kind == "O":
+            out[c] = out[c].map(lambda v: "" if v is None or (isinstance(v, float) and pd.isna(v)) else v)
     return out.to_html(index=False, escape=True, border=0, na_rep="")
 
 

@@ -1,0 +1,78 @@
+"""Time the CPU default run and check what issue "end to end" asks of it.
+
+    python bench/cpu_default.py            # runs: python -m autotune model=bert
+
+Runs the command as a user would (from the project root, into a fresh run directory under
+outputs/bench/), then checks: exit code 0 within 180 s, every output file written,
+trials.csv covering both checkpointing values x every precision the device runs x >= 3
+micro-batches with micro_batch x accumulation = global_batch on every row, and full
+checkpointing's peak memory below none's at the largest micro-batch. Prints a JSON
+summary; exits 1 when a check fails.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+LIMIT_S = 180
+FILES = ["best.yaml", "trials.csv", "pareto.csv", "report.html", "pareto.png", "study.db", ".hydra/config.yaml",
+         "autotune.log"]
+
+
+def _machine() -> str:
+    name = platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            name = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1024**3
+    return f"{name}, {os.cpu_count()} cores, {mem:.0f} GiB, no GPU"
+
+
+def main() -> int:
+    run_dir = ROOT / "outputs" / "bench" / time.strftime("cpu-default-%Y%m%d-%H%M%S")
+    cmd = [sys.executable, "-m", "autotune", "model=bert", f"hydra.run.dir={run_dir}"]
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    elapsed = time.perf_counter() - start
+    checks = {"exit_code_0": proc.returncode == 0, f"within_{LIMIT_S}_s": elapsed <= LIMIT_S}
+    checks["files_written"] = all((run_dir / f).is_file() for f in FILES)
+    summary = {"command": "python -m autotune model=bert", "elapsed_s": round(elapsed, 1),
+               "date": time.strftime("%Y-%m-%d"), "machine": _machine(),
+               "run_dir": str(run_dir.relative_to(ROOT))}
+    if (run_dir / "trials.csv").is_file():
+        t = pd.read_csv(run_dir / "trials.csv")
+        ok = t[t["status"] == "ok"]
+        global_batch = yaml.safe_load((run_dir / "best.yaml").read_text())["global_batch"]
+        summary["global_batch"] = global_batch
+        checks["micro_batch_x_accumulation_is_global"] = bool((t["micro_batch"] * t["accumulation"] == global_batch).all())
+        checks["both_checkpointing_x_precisions_x_3_micro_batches"] = bool(
+            len(ok) and all(len(set(g["micro_batch"])) >= 3 for _, g in ok.groupby(["checkpointing", "precision"]))
+            and set(ok["checkpointing"]) == {"none", "full"})
+        biggest = ok["micro_batch"].max()
+        lower = []
+        for prec, g in ok[ok["micro_batch"] == biggest].groupby("precision"):
+            peak = g.set_index("checkpointing")["peak_memory_gib"]
+            lower.append(peak["full"] < peak["none"])
+            summary[f"peak_gib_mb{biggest}_{prec}"] = {"none": round(peak["none"], 4), "full": round(peak["full"], 4)}
+        checks["checkpointing_lowers_peak_at_largest_micro_batch"] = bool(lower) and all(lower)
+        summary["trials"] = t["status"].value_counts().to_dict()
+    summary["checks"] = checks
+    print(json.dumps(summary, indent=1))
+    if proc.returncode != 0:
+        print(proc.stdout[-3000:], proc.stderr[-3000:], file=sys.stderr)
+    return 0 if all(checks.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
