@@ -67,8 +67,8 @@ class TuneConfig:
     objective: str = "roi"  # roi | throughput
     device: str = "auto"  # auto (CUDA if present, else CPU) | cpu | cuda | cuda:N
     cpu_reduce: bool = True  # on CPU, apply model.cpu so the run stays short
-    study_name: Optional[str] = None  # default: autotune-<model>-<space>
-    storage: Optional[str] = None  # an Optuna storage URL; default: SQLite in the run directory
+    study_name: Optional[str] = None  # default: <model>-<space>-<budget>GiB-<digest of the measured setup>
+    storage: Optional[str] = None  # an Optuna storage URL; default: SQLite outputs/autotune.db
 
 
 def register() -> None:

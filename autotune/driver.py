@@ -7,6 +7,7 @@ trial ends in one recorded status, stored as the Optuna trial's user attribute `
 """
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import math
@@ -19,6 +20,7 @@ import pandas as pd
 from autotune.plan import Plan
 from autotune.runner import run_trial
 from autotune.space import skip_reason
+from autotune.storage import open_study, recover
 from autotune.strategy import Strategy
 
 log = logging.getLogger("autotune")
@@ -76,16 +78,26 @@ def _flat_attrs(result: dict) -> dict:
     return attrs
 
 
-def run_study(plan: Plan, run_dir: Path, on_trial: Callable[[str], None] = log.info) -> optuna.Study:
-    """Run every configuration of the grid once and return the study."""
-    storage = plan.storage or f"sqlite:///{(run_dir / 'study.db').resolve()}"
+def run_study(plan: Plan, run_dir: Path, storage: str, on_trial: Callable[[str], None] = log.info) -> optuna.Study:
+    """Run every configuration of the grid that the study has not finished yet.
+
+    Resuming: trials a dead driver left running are marked failed and retried once; the
+    configurations already finished are not run again.
+    """
     grid = plan.space.grid(plan.global_batch)
     grid["micro_batch"] = plan.micro_batches
     n_total = math.prod(len(v) for v in grid.values())
-    sampler = optuna.samplers.GridSampler(grid, seed=plan.seed)
-    study = optuna.create_study(study_name=plan.study_name, storage=storage, sampler=sampler,
-                                direction="maximize", load_if_exists=True)
-    counter = {"i": len(study.trials)}
+    study = open_study(plan.study_name, storage, optuna.samplers.GridSampler(grid, seed=plan.seed))
+    for retry in recover(study):
+        study.enqueue_trial(retry["params"], user_attrs={"retry_of": retry["retry_of"]})
+    finished = {tuple(sorted(t.params.items())) for t in study.get_trials(deepcopy=False) if t.state.is_finished()}
+    waiting = len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)))
+    points = {tuple(sorted(zip(grid, values))) for values in itertools.product(*grid.values())}
+    to_run = len(points - finished) + waiting
+    if finished:
+        on_trial(f"resuming study '{plan.study_name}': {len(finished & points)} of {n_total} configurations "
+                 f"finished, {to_run} to run ({waiting} retried)")
+    counter = {"i": len(finished & points)}
 
     def objective(trial: optuna.Trial) -> float:
         mb = trial.suggest_categorical("micro_batch", grid["micro_batch"])
@@ -93,13 +105,18 @@ def run_study(plan: Plan, run_dir: Path, on_trial: Callable[[str], None] = log.i
                             precision=trial.suggest_categorical("precision", grid["precision"]),
                             micro_batch=mb, accumulation=plan.global_batch // mb)
         trial.set_user_attr("accumulation", strategy.accumulation)
-        counter["i"] += 1
+        counter["i"] += "retry_of" not in trial.user_attrs
         reason = skip_reason(strategy, plan.device.precisions, plan.device.unsupported)
         if reason:
             result = {"status": "skipped", "cause": reason}
         else:
             trial_dir = run_dir / "trials" / f"{trial.number:03d}"
-            result = run_trial(trial_spec(plan, strategy), trial_dir, plan.timeout_s)
+            try:
+                result = run_trial(trial_spec(plan, strategy), trial_dir, plan.timeout_s)
+            except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the trial was killed; retried on resume
+                trial.set_user_attr("status", "interrupted")
+                trial.set_user_attr("cause", "the driver was interrupted while this trial ran")
+                raise
         trial.set_user_attr("status", result["status"])
         for k, v in _flat_attrs(result).items():
             if k != "status":
@@ -111,9 +128,8 @@ def run_study(plan: Plan, run_dir: Path, on_trial: Callable[[str], None] = log.i
             raise TrialFailed(result["status"])
         return float(result["samples_per_s"])
 
-    remaining = n_total - len([t for t in study.trials if t.state.is_finished()])
-    if remaining > 0:
-        study.optimize(objective, n_trials=remaining, catch=(TrialFailed,))
+    if to_run > 0:
+        study.optimize(objective, n_trials=to_run, catch=(TrialFailed,))
     return study
 
 
@@ -125,6 +141,7 @@ def trials_table(study: optuna.Study) -> pd.DataFrame:
             continue
         row = {"number": t.number, **t.params, **t.user_attrs}
         row.setdefault("status", "crash" if t.state == optuna.trial.TrialState.FAIL else "unknown")
+        row["retry_of"] = t.user_attrs.get("retry_of")
         rows.append(row)
     df = pd.DataFrame(rows)
     for col in LEAD_COLUMNS:

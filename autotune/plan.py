@@ -4,6 +4,8 @@ Nothing here runs a trial or writes storage: a bad config is rejected before eit
 """
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
@@ -61,6 +63,13 @@ def _check_builder(target: str, problems: List[str]) -> None:
         return
     if not callable(builder):
         problems.append(f"model._target_={target}: is not callable; it must name a function returning a Workload")
+
+
+def default_study_name(model: str, space: str, budget_gib: float, measured: dict) -> str:
+    """model-space-budget plus a digest of everything that changes a measurement, so that
+    rerunning the same command resumes its study and a changed one starts its own."""
+    digest = hashlib.sha1(json.dumps(measured, sort_keys=True, default=str).encode()).hexdigest()[:8]
+    return f"{model}-{space}-{budget_gib:.1f}GiB-{digest}"
 
 
 def make_plan(cfg: TuneConfig, overridden: frozenset = frozenset()) -> Plan:
@@ -130,11 +139,14 @@ def make_plan(cfg: TuneConfig, overridden: frozenset = frozenset()) -> Plan:
 
     if problems:
         raise ConfigError(problems)
+    measured = {"target": cfg.model._target_, "config": model_config, "seq_len": seq_len,
+                "global_batch": global_batch, "device": device.name, "space": space.grid(global_batch),
+                "warmup": t.warmup_steps, "measure": t.measure_steps, "lr": t.lr, "seed": t.seed}
     return Plan(
         model_name=cfg.model.name, model_target=cfg.model._target_, model_config=model_config,
         seq_len=seq_len, global_batch=global_batch, device=device, budget_gib=float(budget),
         budget_is_device_memory=cfg.budget_gib is None, space=space, space_name=cfg.search_space.name,
         micro_batches=micro_batches, objective=cfg.objective, roi=roi, warmup_steps=t.warmup_steps,
         measure_steps=t.measure_steps, timeout_s=t.timeout_s, lr=t.lr, seed=t.seed,
-        study_name=cfg.study_name or f"autotune-{cfg.model.name}-{cfg.search_space.name}",
+        study_name=cfg.study_name or default_study_name(cfg.model.name, cfg.search_space.name, float(budget), measured),
         storage=cfg.storage, reductions=reductions)

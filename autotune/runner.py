@@ -24,6 +24,16 @@ def _tail(path: Path, lines: int = 5) -> str:
     return " | ".join(text[-lines:])[-800:]
 
 
+def _die_with_parent() -> None:
+    """In the child: get SIGKILL when the driver dies, even by SIGKILL (Linux prctl)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def _kill_group(proc: subprocess.Popen) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
@@ -43,6 +53,7 @@ def run_trial(spec: dict, trial_dir: Path, timeout_s: float, env: dict | None = 
     with open(log_path, "wb") as log:
         proc = subprocess.Popen([sys.executable, "-m", "autotune.trial", str(spec_path)],
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                preexec_fn=_die_with_parent,
                                 env={**os.environ, **(env or {})})
         try:
             returncode = proc.wait(timeout=timeout_s)

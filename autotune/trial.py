@@ -117,6 +117,13 @@ def run(spec: dict) -> dict:
     return result
 
 
+def _is_sticky_cuda_error(e: Exception) -> bool:
+    accelerator_error = getattr(torch, "AcceleratorError", None)
+    text = str(e)
+    return ((accelerator_error is not None and isinstance(e, accelerator_error))
+            or "CUDA error" in text or "device-side assert" in text or "illegal memory access" in text)
+
+
 def _write(path: Path, result: dict) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(result, indent=1, default=str))
@@ -137,7 +144,10 @@ def main(argv=None) -> int:
         result = {"status": "oom", "cause": str(e).splitlines()[0][:500]}
     except Exception as e:  # any other failure of the user's code or ours: recorded, not raised
         traceback.print_exc()
-        result = {"status": "error", "cause": f"{type(e).__name__}: {e}"[:1000]}
+        # A sticky CUDA error (device-side assert, illegal address) poisons this process's
+        # context for good: the trial is a crash, and the process ends here.
+        status = "crash" if _is_sticky_cuda_error(e) else "error"
+        result = {"status": status, "cause": f"{type(e).__name__}: {e}"[:1000]}
     _write(result_path, result)
     print(json.dumps({k: result.get(k) for k in ("status", "cause", "peak_memory_gib", "samples_per_s")}))
     return 0

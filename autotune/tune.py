@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import logging
-import sys
+import signal
 from pathlib import Path
 
 import optuna
@@ -15,6 +15,7 @@ from autotune.plan import ConfigError, Plan, make_plan
 from autotune.report import write_report
 from autotune.results import summary, write_outputs
 from autotune.scoring import choose_best, score
+from autotune.storage import StorageError, default_storage, open_study, snapshot
 
 log = logging.getLogger("autotune")
 
@@ -37,6 +38,10 @@ def _describe(plan: Plan) -> None:
                  "turns this off): " + ", ".join(plan.reductions))
 
 
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def tune(cfg: DictConfig, run_dir: Path, overrides=()) -> int:
     """Run the whole loop; returns the process exit code."""
     optuna.logging.set_verbosity(optuna.logging.ERROR)
@@ -49,14 +54,22 @@ def tune(cfg: DictConfig, run_dir: Path, overrides=()) -> int:
         log.error(f"invalid configuration: {e}")
         return 2
     _describe(plan)
+    storage = plan.storage or default_storage(Path.cwd())
     command = " ".join(["python -m autotune", *overrides])
+    log.info(f"study '{plan.study_name}' in {storage}")
     interrupted = False
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)  # SIGTERM cleans up like Ctrl-C
     try:
-        study = run_study(plan, run_dir)
+        study = run_study(plan, run_dir, storage)
+    except StorageError as e:
+        log.error(str(e))
+        return 2
     except KeyboardInterrupt:
         interrupted = True
-        study = optuna.load_study(study_name=plan.study_name,
-                                  storage=plan.storage or f"sqlite:///{(run_dir / 'study.db').resolve()}")
+        study = open_study(plan.study_name, storage, None)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    snapshot(study, run_dir / "study.db")
     table = trials_table(study)
     if table.empty:
         log.error("no trial finished")
@@ -72,6 +85,7 @@ def tune(cfg: DictConfig, run_dir: Path, overrides=()) -> int:
     log.info(summary(scored, best, plan.objective))
     log.info(f"outputs: {run_dir}  (report: {report.name}, tuned config: best.yaml)")
     if interrupted:
-        log.info("interrupted: the outputs cover the trials that finished")
+        log.info(f"interrupted: the outputs cover the trials that finished. Run the same command again to "
+                 f"resume study '{plan.study_name}'")
         return 130
     return 0 if best is not None else 1

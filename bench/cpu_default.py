@@ -41,7 +41,10 @@ def _machine() -> str:
 
 def main() -> int:
     run_dir = ROOT / "outputs" / "bench" / time.strftime("cpu-default-%Y%m%d-%H%M%S")
-    cmd = [sys.executable, "-m", "autotune", "model=bert", f"hydra.run.dir={run_dir}"]
+    # A study storage of its own, so the run starts afresh as on a new machine (the default
+    # storage, outputs/autotune.db, would resume an earlier benchmark's study).
+    cmd = [sys.executable, "-m", "autotune", "model=bert", f"hydra.run.dir={run_dir}",
+           f"storage=sqlite:///{run_dir / 'bench-study.db'}"]
     start = time.perf_counter()
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     elapsed = time.perf_counter() - start

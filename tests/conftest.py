@@ -24,11 +24,18 @@ def trial_env() -> dict:
     return {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
 
 
+def cli_command(run_dir: Path, *overrides: str) -> list:
+    """``python -m autotune`` as a user types it, with the test model group on the search
+    path and the study storage under the test's own directory unless the test sets one."""
+    if not any(o.startswith("storage=") for o in overrides):
+        overrides = (f"storage=sqlite:///{run_dir.parent / 'studies.db'}", *overrides)
+    return [sys.executable, "-m", "autotune", f"hydra.run.dir={run_dir}",
+            f"hydra.searchpath=[file://{TEST_CONF}]", *overrides]
+
+
 def run_cli(run_dir: Path, *overrides: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    """Run ``python -m autotune`` as a user would, with the test model group on the search path."""
-    cmd = [sys.executable, "-m", "autotune", f"hydra.run.dir={run_dir}",
-           f"hydra.searchpath=[file://{TEST_CONF}]", *overrides]
-    return subprocess.run(cmd, cwd=ROOT, env=trial_env(), capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(cli_command(run_dir, *overrides), cwd=ROOT, env=trial_env(), capture_output=True,
+                          text=True, timeout=timeout)
 
 
 def compose(*overrides: str):

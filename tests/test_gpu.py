@@ -81,3 +81,25 @@ def test_example_on_cuda_with_fp16(tmp_path):
     assert set(dtypes) == {torch.float16}
     assert out["peak_reserved_gib"] > 0
     assert torch.isfinite(torch.tensor(out["final_loss"]))
+
+
+def test_sticky_cuda_error_is_crash_and_the_next_trial_runs_clean(tmp_path):
+    bad = run_trial(cuda_spec("none", "fp32", 4, config={"width": 64, "depth": 2, "fault": "cuda_assert"}),
+                    tmp_path / "bad", 300, env=trial_env())
+    assert bad["status"] == "crash", bad
+    assert "device-side assert" in bad["cause"] or "CUDA error" in bad["cause"]
+    good = run_trial(cuda_spec("none", "bf16", 32), tmp_path / "good", 300, env=trial_env())
+    assert good["status"] == "ok", good
+
+
+def test_after_a_real_oom_the_next_trial_measures_like_a_fresh_one(tmp_path):
+    clean = cuda_spec("none", "bf16", 32)
+    first = run_trial(clean, tmp_path / "a", 300, env=trial_env())
+    free = torch.cuda.mem_get_info()[0]
+    huge = cuda_spec("none", "fp32", int(free / (4 * 512 * 8192) / 2) + 1, config={"width": 8192, "depth": 8},
+                     seq_len=512)
+    assert run_trial(huge, tmp_path / "oom", 300, env=trial_env())["status"] == "oom"
+    after = run_trial(clean, tmp_path / "b", 300, env=trial_env())
+    assert first["status"] == after["status"] == "ok"
+    assert after["peak_allocated_gib"] == pytest.approx(first["peak_allocated_gib"], rel=0.01)
+    assert after["peak_reserved_gib"] == pytest.approx(first["peak_reserved_gib"], rel=0.05)

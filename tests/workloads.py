@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import time
 
 import torch
@@ -22,10 +24,21 @@ class Blocks(torch.nn.Module):
         return self.head(x).mean()
 
 
-def mlp(device: str, seq_len: int, width: int = 64, depth: int = 4, fault: str = "none", nan_at: int = 1):
-    """An MLP over (n, seq_len, width) inputs; ``fault`` picks how it misbehaves."""
+def mlp(device: str, seq_len: int, width: int = 64, depth: int = 4, fault: str = "none", nan_at: int = 1,
+        oom_above: int = 1 << 30, step_sleep: float = 0.0):
+    """An MLP over (n, seq_len, width) inputs; ``fault`` picks how it misbehaves:
+    crash (exit without a result), sigkill (killed by a signal), hang, hang_with_child
+    (a child process that would outlive a careless kill), raise, nan (from micro-step
+    nan_at on), cuda_assert (a device-side assert: a sticky CUDA error). Any fault: a
+    micro-batch above oom_above raises a real torch.OutOfMemoryError, as an allocator would.
+    """
     if fault == "crash":
         os._exit(3)  # dies without a result, like a segfault would
+    if fault == "sigkill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if fault == "hang_with_child":
+        subprocess.Popen(["sleep", "3600"])
+        fault = "hang"
     if fault == "hang":
         time.sleep(3600)
     if fault == "raise":
@@ -36,10 +49,18 @@ def mlp(device: str, seq_len: int, width: int = 64, depth: int = 4, fault: str =
 
     def loss(m, x):
         calls["n"] += 1
+        if step_sleep:
+            time.sleep(step_sleep)
+        if fault == "cuda_assert":
+            torch.zeros(2, device=x.device)[torch.tensor([5], device=x.device)].item()
         out = m(x)
         if fault == "nan" and calls["n"] > nan_at:
             out = out * float("nan")
         return out
 
-    return Workload(model=model, make_batch=lambda n, dev: torch.randn(n, seq_len, width, device=dev),
-                    loss=loss, blocks=list(model.layers))
+    def make_batch(n, dev):
+        if n > oom_above:
+            raise torch.OutOfMemoryError(f"planted: out of memory for micro_batch={n} > {oom_above}")
+        return torch.randn(n, seq_len, width, device=dev)
+
+    return Workload(model=model, make_batch=make_batch, loss=loss, blocks=list(model.layers))

@@ -1,0 +1,143 @@
+"""Faults a tuner meets by design, each survived and recorded (CPU, real processes and signals)."""
+import signal
+import subprocess
+import time
+
+import optuna
+import pandas as pd
+import pytest
+import yaml
+
+from autotune.runner import run_trial
+from tests.conftest import ROOT, cli_command, run_cli, trial_env
+from tests.test_trial import spec
+
+
+def space_file(tmp_path, checkpointing="[none, full]", lo=1, hi=4):
+    path = tmp_path / "space.yaml"
+    path.write_text(f"checkpointing: {checkpointing}\nprecision: [fp32]\nmicro_batch: {{min: {lo}, max: {hi}}}\n")
+    return path
+
+
+def faulty(tmp_path, *extra, space=None):
+    return ["model=faulty", "device=cpu", "global_batch=4", "seq_len=8", "trial.warmup_steps=1",
+            "trial.measure_steps=2", f"search_space.path={space or space_file(tmp_path)}", *extra]
+
+
+def study_trials(storage_db):
+    url = f"sqlite:///{storage_db}"
+    (name,) = optuna.get_all_study_names(url)
+    return optuna.load_study(study_name=name, storage=url).get_trials(deepcopy=False)
+
+
+def test_sigkill_of_the_trial_process_is_crash(tmp_path):
+    r = run_trial(spec(config={"fault": "sigkill"}), tmp_path / "t", 120, env=trial_env())
+    assert r["status"] == "crash"
+    assert "killed by signal SIGKILL without a result" in r["cause"]
+
+
+def test_hang_leaves_no_process_behind_not_even_its_children(tmp_path):
+    r = run_trial(spec(config={"fault": "hang_with_child"}), tmp_path / "t", 10, env=trial_env())
+    assert r["status"] == "timeout"
+    time.sleep(0.5)
+    left = subprocess.run(["pgrep", "-f", "sleep 3600"], capture_output=True, text=True).stdout.split()
+    assert left == []
+
+
+def test_all_but_one_failing_still_gives_the_report_and_best_from_the_one(tmp_path):
+    run_dir = tmp_path / "run"
+    # micro-batches 1, 2, 4 without checkpointing; anything above 1 "runs out of memory".
+    out = run_cli(run_dir, *faulty(tmp_path, "model.config.oom_above=1", space=space_file(tmp_path, "[none]")))
+    assert out.returncode == 0, out.stdout + out.stderr
+    trials = pd.read_csv(run_dir / "trials.csv").set_index("micro_batch")
+    assert trials.loc[1, "status"] == "ok"
+    assert (trials.loc[[2, 4], "status"] == "oom").all()
+    assert trials.loc[4, "cause"].startswith("planted: out of memory for micro_batch=4")
+    best = yaml.safe_load((run_dir / "best.yaml").read_text())
+    assert best["strategy"]["micro_batch"] == 1
+    assert "baseline (none, fp32, micro_batch=4) ended &#x27;oom&#x27;" in (run_dir / "report.html").read_text()
+
+
+def test_a_study_where_every_trial_fails_exits_non_zero_with_the_causes(tmp_path):
+    run_dir = tmp_path / "run"
+    out = run_cli(run_dir, *faulty(tmp_path, "model.config.fault=raise", space=space_file(tmp_path, "[none]", 2, 4)))
+    assert out.returncode == 1
+    assert "no configuration ran ok within the budget" in out.stdout
+    assert "error: RuntimeError: planted failure in the builder" in out.stdout
+    assert not (run_dir / "best.yaml").exists()
+    assert (run_dir / "trials.csv").is_file() and (run_dir / "report.html").is_file()
+
+
+def test_corrupt_storage_is_a_clear_error_and_stays_untouched(tmp_path):
+    db = tmp_path / "broken.db"
+    db.write_bytes(b"this is not a database" * 100)
+    before = db.read_bytes()
+    out = run_cli(tmp_path / "run", *faulty(tmp_path), f"storage=sqlite:///{db}")
+    assert out.returncode == 2
+    assert f"storage file {db} is unreadable" in out.stdout + out.stderr
+    assert db.read_bytes() == before
+    assert not (tmp_path / "run" / "trials").exists()
+
+
+def test_bad_config_writes_no_storage(tmp_path):
+    db = tmp_path / "s.db"
+    out = run_cli(tmp_path / "run", *faulty(tmp_path), "global_batch=-4", f"storage=sqlite:///{db}")
+    assert out.returncode == 2 and "global_batch=-4" in out.stdout + out.stderr
+    assert not db.exists()
+
+
+def _wait_for_finished(db, n, proc, limit=240):
+    end = time.time() + limit
+    while time.time() < end and proc.poll() is None:
+        if db.exists():
+            try:
+                if sum(t.state.is_finished() for t in study_trials(db)) >= n:
+                    return
+            except Exception:  # the study is being created
+                pass
+        time.sleep(0.3)
+    raise AssertionError("the driver did not get far enough")
+
+
+def _check_complete(db):
+    trials = study_trials(db)
+    assert not [t for t in trials if t.state == optuna.trial.TrialState.RUNNING]
+    ok = [(t.params["checkpointing"], t.params["micro_batch"]) for t in trials if t.user_attrs.get("status") == "ok"]
+    assert sorted(ok) == sorted((c, m) for c in ("none", "full") for m in (1, 2, 4))  # each exactly once
+    return trials
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT])
+def test_driver_killed_mid_study_resumes_with_the_same_command(tmp_path, sig):
+    db = tmp_path / "studies.db"
+    args = faulty(tmp_path, "model.config.step_sleep=0.4", f"storage=sqlite:///{db}")
+    proc = subprocess.Popen(cli_command(tmp_path / "run1", *args), cwd=ROOT, env=trial_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    _wait_for_finished(db, 2, proc)
+    time.sleep(1.0)  # into the next trial
+    proc.send_signal(sig)
+    first_out, _ = proc.communicate(timeout=120)
+    if sig == signal.SIGKILL:
+        assert proc.returncode == -signal.SIGKILL
+    else:  # a clean stop: the partial report, and how to resume
+        assert proc.returncode == 130, first_out
+        assert "Run the same command again to resume" in first_out
+        assert (tmp_path / "run1" / "report.html").is_file()
+    time.sleep(0.5)
+    leftover = subprocess.run(["pgrep", "-f", str(tmp_path / "run1")], capture_output=True, text=True).stdout
+    assert leftover.strip() == "", "a trial process outlived its driver"
+    finished_before = [t for t in study_trials(db) if t.user_attrs.get("status") == "ok"]
+
+    again = subprocess.run(cli_command(tmp_path / "run2", *args), cwd=ROOT, env=trial_env(),
+                           capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "resuming study" in again.stdout
+    trials = _check_complete(db)
+    # Completed trials were not run again: the second run ran only what was left.
+    ran_again = [t for t in trials if t.number >= len(finished_before) and t.user_attrs.get("status") == "ok"]
+    assert len(ran_again) == 6 - len(finished_before)
+    cut = [t for t in trials if t.user_attrs.get("status") in ("crash", "interrupted")]
+    assert len(cut) == 1  # the trial the signal cut short, retried once
+    assert [t.user_attrs.get("retry_of") for t in trials if "retry_of" in t.user_attrs] == [cut[0].number]
+    final = pd.read_csv(tmp_path / "run2" / "trials.csv")
+    assert len(final[final["status"] == "ok"]) == 6
