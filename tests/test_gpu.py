@@ -1,14 +1,11 @@
 """GPU path: real CUDA trials, the CLI on CUDA, the example with fp16. Run with -m gpu."""
-import json
-import subprocess
-import sys
 
 import pandas as pd
 import pytest
 import torch
 
 from autotune.runner import run_trial
-from tests.conftest import ROOT, run_cli, trial_env
+from tests.conftest import run_cli, trial_env
 from tests.test_example import best_yaml, load_example
 
 pytestmark = pytest.mark.gpu

@@ -1,4 +1,3 @@
-import pytest
 
 from autotune.space import SearchSpace, divisors, load_space, skip_reason
 from autotune.strategy import Strategy
