@@ -50,7 +50,12 @@ class RoiConfig:
 class TrialConfig:
     warmup_steps: int = 2  # optimizer steps run before the measured window
     measure_steps: int = 5  # timed optimizer steps; the median and spread come from these
-    timeout_s: float = 600.0  # wall-clock limit of one trial process, start-up included
+    # Wall-clock limit of one trial process, start-up included. Default: derived from the
+    # steps it runs (STARTUP_S plus STEP_S per optimizer step; see plan.default_timeout).
+    timeout_s: Optional[float] = None
+    # Fresh-process re-measurements of each close contender (the top two, and any other
+    # within the measured spread of the top one) before the winner is named; 0: none.
+    repeats: int = 1
     lr: float = 1e-4  # AdamW learning rate
     seed: int = 0
 

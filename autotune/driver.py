@@ -1,9 +1,10 @@
-"""The study loop: Optuna picks each configuration, a trial process measures it.
+"""The study loop: configurations go into the study's queue, trial processes measure them.
 
-The driver owns the study; each trial runs in a process of its own (``runner.run_trial``),
-so a trial that dies, hangs or runs out of memory cannot take the driver with it. Every
-trial ends in one recorded status, stored as the Optuna trial's user attribute ``status``
-(with ``cause``): ok -> COMPLETE (value = samples/s), skipped -> PRUNED, every failure -> FAIL.
+Each trial runs in a process of its own (``runner.run_trial``), so a trial that dies, hangs
+or runs out of memory cannot take the driver with it. The queue lives in the study storage
+(``claims``), so several drivers can share one study. Every trial ends in one recorded
+status, stored as the Optuna trial's user attribute ``status`` (with ``cause``):
+ok -> COMPLETE (value = samples/s), skipped -> PRUNED, every failure -> FAIL.
 """
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import itertools
 import json
 import logging
 import math
+import statistics
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -20,20 +23,18 @@ import pandas as pd
 from autotune.plan import Plan
 from autotune.runner import run_trial
 from autotune.space import skip_reason
-from autotune.storage import open_study, recover
+from autotune.claims import Heartbeat, claim, cut_short, duplicate_of, enqueue_missing, is_duplicate, recover
+from autotune.storage import open_study
 from autotune.strategy import Strategy
 
 log = logging.getLogger("autotune")
+POLL_S = 1.0  # how often a driver with nothing left to claim checks on other drivers' trials
 
 # Columns every trials table starts with; the rest follow in the order first seen.
 LEAD_COLUMNS = ["number", "status", "checkpointing", "precision", "micro_batch", "accumulation",
                 "peak_memory_gib", "samples_per_s", "time_spread", "cause"]
 # Result fields too bulky or nested for a column; kept in trials/NNN/result.json.
 _NOT_COLUMNS = {"step_times_s", "timings"}
-
-
-class TrialFailed(Exception):
-    """Raised inside the objective so Optuna records the trial as FAIL; caught by optimize."""
 
 
 def trial_spec(plan: Plan, strategy: Strategy) -> dict:
@@ -78,76 +79,178 @@ def _flat_attrs(result: dict) -> dict:
     return attrs
 
 
-def run_study(plan: Plan, run_dir: Path, storage: str, on_trial: Callable[[str], None] = log.info) -> optuna.Study:
-    """Run every configuration of the grid that the study has not finished yet.
+class ModelBuildError(RuntimeError):
+    """The model could not be built: every configuration builds the same model, so the study stops."""
 
-    Resuming: trials a dead driver left running are marked failed and retried once; the
-    configurations already finished are not run again.
+
+def _counts(study: optuna.Study) -> tuple:
+    """(finished, planned) measurements of the study, over every driver working on it."""
+    live = [t for t in study.get_trials(deepcopy=False) if not is_duplicate(t) and not cut_short(t)]
+    return sum(t.state.is_finished() for t in live), len(live)
+
+
+def _running_elsewhere(study: optuna.Study) -> int:
+    return len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)))
+
+
+def measure_queue(study: optuna.Study, plan: Plan, run_dir: Path, on_trial: Callable[[str], None] = log.info) -> None:
+    """Claim and run WAITING trials until none is left and no other driver still runs one.
+
+    Trials other drivers run are waited for (a dead driver's trial is recovered and retried
+    here), so when this returns the study holds a final state for every planned trial.
     """
+    choices = plan.space.grid(plan.global_batch)
+    choices["micro_batch"] = plan.micro_batches
+    waiting_said = False
+    while True:
+        trial = claim(study)
+        if trial is None:
+            recover(study)
+            if study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
+                continue
+            others = _running_elsewhere(study)
+            if not others:
+                return
+            if not waiting_said:
+                on_trial(f"waiting for {others} trial(s) run by other drivers of study '{plan.study_name}'")
+                waiting_said = True
+            time.sleep(POLL_S)
+            continue
+        waiting_said = False
+        earlier = duplicate_of(study, trial)
+        if earlier is not None:  # enqueued twice by drivers starting together: the earlier one runs
+            trial.set_user_attr("duplicate_of", earlier)
+            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+            continue
+        _measure(study, trial, plan, run_dir, choices, on_trial)
+
+
+def _measure(study, trial: optuna.Trial, plan: Plan, run_dir: Path, choices: dict, on_trial) -> None:
+    params = {name: trial.suggest_categorical(name, choices[name]) for name in choices}
+    strategy = Strategy(checkpointing=params["checkpointing"], precision=params["precision"],
+                        micro_batch=params["micro_batch"], accumulation=plan.global_batch // params["micro_batch"])
+    trial.set_user_attr("accumulation", strategy.accumulation)
+    reason = skip_reason(strategy, plan.device.precisions, plan.device.unsupported)
+    if reason:
+        result = {"status": "skipped", "cause": reason}
+    else:
+        trial_dir = run_dir / "trials" / f"{trial.number:03d}"
+        try:
+            with Heartbeat(study, trial._trial_id):
+                result = run_trial(trial_spec(plan, strategy), trial_dir, plan.timeout_s)
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the trial was killed; retried on resume
+            trial.set_user_attr("status", "interrupted")
+            trial.set_user_attr("cause", "the driver was interrupted while this trial ran")
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            raise
+    for k, v in _flat_attrs(result).items():
+        trial.set_user_attr(k, v)
+    done, planned = _counts(study)
+    repeat = trial.user_attrs.get("repeat")
+    on_trial(progress_line(done + 1, planned, strategy, result)
+             + (f"  [repeat {repeat} of trial {trial.user_attrs.get('repeat_of')}]" if repeat else ""))
+    if result["status"] == "ok":
+        study.tell(trial, float(result["samples_per_s"]))
+    else:
+        study.tell(trial, state=optuna.trial.TrialState.PRUNED if result["status"] == "skipped"
+                   else optuna.trial.TrialState.FAIL)
+    if result.get("phase") == "build":
+        raise ModelBuildError(f"{result['cause']} (trial {trial.number}, log: {run_dir / 'trials' / f'{trial.number:03d}' / 'log.txt'}). "
+                              "Every configuration builds the same model, so the study stopped here; fix the "
+                              "model and run the same command again to resume")
+
+
+def grid_configs(plan: Plan) -> list:
     grid = plan.space.grid(plan.global_batch)
     grid["micro_batch"] = plan.micro_batches
-    n_total = math.prod(len(v) for v in grid.values())
-    study = open_study(plan.study_name, storage, optuna.samplers.GridSampler(grid, seed=plan.seed))
-    for retry in recover(study):
-        study.enqueue_trial(retry["params"], user_attrs={"retry_of": retry["retry_of"]})
-    finished = {tuple(sorted(t.params.items())) for t in study.get_trials(deepcopy=False) if t.state.is_finished()}
-    waiting = len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)))
-    points = {tuple(sorted(zip(grid, values))) for values in itertools.product(*grid.values())}
-    to_run = len(points - finished) + waiting
-    if finished:
-        on_trial(f"resuming study '{plan.study_name}': {len(finished & points)} of {n_total} configurations "
-                 f"finished, {to_run} to run ({waiting} retried)")
-    counter = {"i": len(finished & points)}
+    return [dict(zip(grid, values)) for values in itertools.product(*grid.values())]
 
-    def objective(trial: optuna.Trial) -> float:
-        mb = trial.suggest_categorical("micro_batch", grid["micro_batch"])
-        strategy = Strategy(checkpointing=trial.suggest_categorical("checkpointing", grid["checkpointing"]),
-                            precision=trial.suggest_categorical("precision", grid["precision"]),
-                            micro_batch=mb, accumulation=plan.global_batch // mb)
-        trial.set_user_attr("accumulation", strategy.accumulation)
-        counter["i"] += "retry_of" not in trial.user_attrs
-        reason = skip_reason(strategy, plan.device.precisions, plan.device.unsupported)
-        if reason:
-            result = {"status": "skipped", "cause": reason}
-        else:
-            trial_dir = run_dir / "trials" / f"{trial.number:03d}"
-            try:
-                result = run_trial(trial_spec(plan, strategy), trial_dir, plan.timeout_s)
-            except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the trial was killed; retried on resume
-                trial.set_user_attr("status", "interrupted")
-                trial.set_user_attr("cause", "the driver was interrupted while this trial ran")
-                raise
-        trial.set_user_attr("status", result["status"])
-        for k, v in _flat_attrs(result).items():
-            if k != "status":
-                trial.set_user_attr(k, v)
-        on_trial(progress_line(counter["i"], n_total, strategy, result))
-        if result["status"] == "skipped":
-            raise optuna.TrialPruned(reason)
-        if result["status"] != "ok":
-            raise TrialFailed(result["status"])
-        return float(result["samples_per_s"])
 
-    if to_run > 0:
-        study.optimize(objective, n_trials=to_run, catch=(TrialFailed,))
+def run_study(plan: Plan, run_dir: Path, storage: str, on_trial: Callable[[str], None] = log.info) -> optuna.Study:
+    """Measure every configuration of the grid that the study has not measured yet, then
+    re-measure the close contenders in fresh processes.
+
+    Other drivers may work on the same study at the same time; resuming is the same thing
+    after a driver died: trials left running are closed and retried once, finished ones
+    are not run again.
+    """
+    study = open_study(plan.study_name, storage, optuna.samplers.RandomSampler(seed=plan.seed))
+    retried = recover(study)
+    configs = grid_configs(plan)
+    done_before, _ = _counts(study)
+    added = enqueue_missing(study, configs)
+    if done_before:
+        on_trial(f"resuming study '{plan.study_name}': {done_before} trial(s) finished, {added} new "
+                 f"configuration(s), {len(retried)} retried")
+    measure_queue(study, plan, run_dir, on_trial)
+    if plan.repeats:
+        from autotune.confirm import contenders  # needs scoring, which needs the table built here
+
+        picked = contenders(trials_table(study), plan)
+        for number in picked:
+            base = study.trials[number]
+            for k in range(1, plan.repeats + 1):
+                enqueue_missing(study, [base.params], {"repeat": k, "repeat_of": number})
+        if picked:
+            on_trial(f"re-measuring {len(picked)} close contender(s) {plan.repeats} more time(s) each, "
+                     "in fresh processes")
+        measure_queue(study, plan, run_dir, on_trial)
     return study
 
 
 def trials_table(study: optuna.Study) -> pd.DataFrame:
-    """One row per finished trial: its configuration, status, cause and every measurement."""
-    rows = []
+    """One row per finished trial: its configuration, status, cause and every measurement.
+
+    Duplicates (never run) are left out. Repeats of a configuration are folded into its
+    row: samples/s becomes the median over every process that measured it, the peak the
+    largest, ``time_spread`` the larger of the within-process and between-process spreads,
+    and a repeat that failed turns the row into that failure.
+    """
+    rows, repeats = [], {}
     for t in study.trials:
-        if not t.state.is_finished():
+        if not t.state.is_finished() or is_duplicate(t):
             continue
         row = {"number": t.number, **t.params, **t.user_attrs}
         row.setdefault("status", "crash" if t.state == optuna.trial.TrialState.FAIL else "unknown")
         row["retry_of"] = t.user_attrs.get("retry_of")
-        rows.append(row)
+        if t.user_attrs.get("repeat"):
+            if not cut_short(t):
+                repeats.setdefault(t.user_attrs.get("repeat_of"), []).append(row)
+        else:
+            rows.append(row)
+    by_number = {r["number"]: r for r in rows}
+    for number, extra in repeats.items():
+        if number in by_number:
+            _fold_repeats(by_number[number], extra)
     df = pd.DataFrame(rows)
     for col in LEAD_COLUMNS:
         if col not in df.columns:
             df[col] = float("nan") if col not in ("status", "cause", "checkpointing", "precision") else None
     for col in ("peak_memory_gib", "samples_per_s", "time_spread"):
         df[col] = pd.to_numeric(df[col], errors="coerce")
+    df = df.drop(columns=[c for c in ("owner", "heartbeat", "repeat", "repeat_of") if c in df.columns])
     rest = [c for c in df.columns if c not in LEAD_COLUMNS]
     return df[LEAD_COLUMNS + rest].sort_values("number").reset_index(drop=True)
+
+
+def _fold_repeats(row: dict, extra: list) -> None:
+    failed = [r for r in extra if r["status"] != "ok"]
+    if failed and row["status"] == "ok":
+        f = failed[0]
+        row["status"] = f["status"]
+        row["cause"] = f"ok in trial {row['number']}, {f['status']} when repeated in trial {f['number']}: {f.get('cause')}"
+        return
+    runs = [row] + [r for r in extra if r["status"] == "ok"]
+    if row["status"] != "ok" or len(runs) < 2:
+        return
+    sps = [float(r["samples_per_s"]) for r in runs]
+    median = statistics.median(sps)
+    between = (max(sps) - min(sps)) / median if median > 0 else float("nan")
+    within = max(float(r.get("time_spread") or 0.0) for r in runs)
+    row.update(samples_per_s=median, samples_per_s_runs=";".join(f"{v:.2f}" for v in sps),
+               process_spread=between, time_spread=max(within, between),
+               repeat_trials=";".join(str(r["number"]) for r in runs[1:]))
+    for col in ("peak_memory_gib", "device_peak_gib", "peak_allocated_gib", "peak_reserved_gib"):
+        vals = [float(r[col]) for r in runs if r.get(col) is not None]
+        if vals:
+            row[col] = max(vals)

@@ -41,6 +41,7 @@ class Plan:
     warmup_steps: int
     measure_steps: int
     timeout_s: float
+    repeats: int
     lr: float
     seed: int
     study_name: str
@@ -63,6 +64,15 @@ def _check_builder(target: str, problems: List[str]) -> None:
         return
     if not callable(builder):
         problems.append(f"model._target_={target}: is not callable; it must name a function returning a Workload")
+
+
+STARTUP_S = 120.0  # interpreter, imports, CUDA context and model build, with room to spare
+STEP_S = 60.0  # per optimizer step (warm-up, memory step and timed steps)
+
+
+def default_timeout(warmup_steps: int, measure_steps: int) -> float:
+    """A limit no healthy trial reaches: 600 s with the default 2 warm-up and 5 timed steps."""
+    return STARTUP_S + STEP_S * (warmup_steps + 1 + measure_steps)
 
 
 def default_study_name(model: str, space: str, budget_gib: float, measured: dict) -> str:
@@ -108,8 +118,11 @@ def make_plan(cfg: TuneConfig, overridden: frozenset = frozenset()) -> Plan:
         problems.append(f"trial.warmup_steps={t.warmup_steps}: must be >= 0; e.g. trial.warmup_steps=2")
     if t.measure_steps < 1:
         problems.append(f"trial.measure_steps={t.measure_steps}: must be >= 1; e.g. trial.measure_steps=5")
-    if t.timeout_s <= 0:
-        problems.append(f"trial.timeout_s={t.timeout_s}: must be > 0 seconds; e.g. trial.timeout_s=600")
+    if t.timeout_s is not None and t.timeout_s <= 0:
+        problems.append(f"trial.timeout_s={t.timeout_s}: must be > 0 seconds; e.g. trial.timeout_s=600, "
+                        "or leave it unset to derive it from the steps")
+    if t.repeats < 0:
+        problems.append(f"trial.repeats={t.repeats}: must be >= 0 (0 turns re-measurement off); e.g. trial.repeats=1")
     roi = {k: getattr(cfg.roi, k) for k in ("memory_price_per_gib_hour", "compute_price_per_hour", "workload_samples")}
     for key in ("memory_price_per_gib_hour", "compute_price_per_hour"):
         if roi[key] < 0:
@@ -147,6 +160,7 @@ def make_plan(cfg: TuneConfig, overridden: frozenset = frozenset()) -> Plan:
         seq_len=seq_len, global_batch=global_batch, device=device, budget_gib=float(budget),
         budget_is_device_memory=cfg.budget_gib is None, space=space, space_name=cfg.search_space.name,
         micro_batches=micro_batches, objective=cfg.objective, roi=roi, warmup_steps=t.warmup_steps,
-        measure_steps=t.measure_steps, timeout_s=t.timeout_s, lr=t.lr, seed=t.seed,
+        measure_steps=t.measure_steps, repeats=t.repeats, lr=t.lr, seed=t.seed,
+        timeout_s=t.timeout_s if t.timeout_s is not None else default_timeout(t.warmup_steps, t.measure_steps),
         study_name=cfg.study_name or default_study_name(cfg.model.name, cfg.search_space.name, float(budget), measured),
         storage=cfg.storage, reductions=reductions)

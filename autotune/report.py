@@ -22,8 +22,8 @@ from autotune.scoring import Baseline  # noqa: E402
 PRECISION_COLOURS = {"fp32": "#1f77b4", "bf16": "#2ca02c", "fp16": "#ff7f0e"}
 CHECKPOINT_MARKERS = {"none": "o", "full": "s"}
 TABLE_COLUMNS = ["number", "status", "checkpointing", "precision", "micro_batch", "accumulation",
-                 "peak_memory_gib", "device_peak_gib", "samples_per_s", "time_spread", "roi",
-                 "fits_budget", "on_pareto", "cause"]
+                 "peak_memory_gib", "device_peak_gib", "samples_per_s", "time_spread", "noisy",
+                 "samples_per_s_runs", "roi", "fits_budget", "on_pareto", "cause"]
 
 
 def pareto_figure(scored: pd.DataFrame, best: Optional[int], budget_gib: float, baseline: Baseline,
@@ -110,6 +110,15 @@ def write_report(run_dir: Path, scored: pd.DataFrame, best: Optional[int], basel
     if meta.get("reductions"):
         notes.append("CPU run with a reduced model so it finishes in minutes: " + esc(", ".join(meta["reductions"]))
                      + ". GPU runs use the full size.")
+    if "samples_per_s_runs" in scored.columns and scored["samples_per_s_runs"].notna().any():
+        notes.append("The close contenders were measured again in fresh processes; their samples/s is the median "
+                     "over every process (samples_per_s_runs), time_spread the larger of the within-process and "
+                     "between-process spreads. A difference inside the spread decides nothing: among configurations "
+                     "tied within it, a stable one wins, then the one using less memory.")
+    noisy = scored[scored.get("noisy", pd.Series(False, index=scored.index)).fillna(False).astype(bool)]
+    if len(noisy):
+        notes.append(f"{len(noisy)} trial(s) flagged noisy (timing spread above 10 %): "
+                     + esc(", ".join(str(int(n)) for n in noisy["number"])) + ".")
     if len(skipped):
         notes.append(f"{len(skipped)} configuration(s) skipped, never run: "
                      + esc("; ".join(sorted(set(skipped["cause"].dropna())))) + ".")

@@ -21,6 +21,7 @@ import pandas as pd
 from autotune.pareto import pareto_mask
 
 OBJECTIVES = ("roi", "throughput")
+NOISY_SPREAD = 0.10  # IQR/median above this flags a timing as noisy (torch.utils.benchmark's warning level)
 BASELINE_STRATEGY = {"checkpointing": "none", "precision": "fp32"}
 
 
@@ -77,24 +78,53 @@ def score(trials: pd.DataFrame, global_batch: int, budget_gib: float, roi: dict)
     df["memory_saved_gib"] = baseline.peak_memory_gib - df["peak_memory_gib"]
     base_hours = (roi["workload_samples"] / baseline.samples_per_s / 3600.0
                   if baseline.samples_per_s else df["job_hours"])
-    value = (df["memory_saved_gib"] * roi["memory_price_per_gib_hour"] * df["job_hours"]
-             - (df["job_hours"] - base_hours) * roi["compute_price_per_hour"])
-    df["roi"] = value.where(df["fits_budget"])  # a trial that does not fit has no ROI
+
+    def roi_at(samples_per_s: pd.Series) -> pd.Series:
+        hours = roi["workload_samples"] / samples_per_s.where(samples_per_s > 0) / 3600.0
+        value = (df["memory_saved_gib"] * roi["memory_price_per_gib_hour"] * hours
+                 - (hours - base_hours) * roi["compute_price_per_hour"])
+        return value.where(df["fits_budget"])  # a trial that does not fit has no ROI
+
+    df["roi"] = roi_at(sps)
+    # The range each figure could take within the trial's measured timing spread.
+    spread = _spread(df)
+    slow, fast = sps * (1 - spread), sps * (1 + spread)
+    df["samples_per_s_lo"], df["samples_per_s_hi"] = slow, fast
+    df["roi_lo"], df["roi_hi"] = np.minimum(roi_at(slow), roi_at(fast)), np.maximum(roi_at(slow), roi_at(fast))
+    df["noisy"] = spread > NOISY_SPREAD
     mem = df["peak_memory_gib"].where(df["fits_budget"])
     df["on_pareto"] = pareto_mask(mem, df["samples_per_s"].where(df["fits_budget"]))
     return df, baseline
 
 
-def choose_best(scored: pd.DataFrame, objective: str) -> Optional[int]:
-    """Index of the best fitting trial, or None. Ties go to less memory, then less spread."""
+def _spread(df: pd.DataFrame) -> pd.Series:
+    return pd.to_numeric(df.get("time_spread", pd.Series(0.0, index=df.index)), errors="coerce").fillna(0.0).clip(lower=0.0)
+
+
+def within_noise(scored: pd.DataFrame, objective: str) -> pd.Series:
+    """Fitting trials whose figure could equal the top one's within both measured spreads."""
     if objective not in OBJECTIVES:
         raise ValueError(f"objective={objective!r}: use one of {', '.join(OBJECTIVES)}")
-    candidates = scored[scored["fits_budget"]]
-    if objective == "roi":
-        candidates = candidates[np.isfinite(candidates["roi"])]
-    if candidates.empty:
+    key = "roi" if objective == "roi" else "samples_per_s"
+    ok = scored["fits_budget"] & np.isfinite(scored[key])
+    if not ok.any():
+        return ok
+    top = scored.loc[ok, key].idxmax()
+    return ok & (scored[f"{key}_hi"] >= scored.loc[top, f"{key}_lo"])
+
+
+def choose_best(scored: pd.DataFrame, objective: str) -> Optional[int]:
+    """Index of the best fitting trial, or None.
+
+    A difference smaller than the measured spread decides nothing: among the trials tied
+    with the top one within noise, a stable one (spread <= 10 %) wins over a noisy one,
+    then the one using less memory (memory is measured exactly), then the higher figure.
+    """
+    tied = within_noise(scored, objective)
+    if not tied.any():
         return None
     key = "roi" if objective == "roi" else "samples_per_s"
-    spread = candidates.get("time_spread", pd.Series(0.0, index=candidates.index)).fillna(0.0)
-    order = pd.DataFrame({"k": -candidates[key], "m": candidates["peak_memory_gib"], "s": spread})
-    return order.sort_values(["k", "m", "s"], kind="stable").index[0]
+    c = scored[tied]
+    order = pd.DataFrame({"noisy": _spread(c) > NOISY_SPREAD, "m": c["peak_memory_gib"], "k": -c[key],
+                          "s": _spread(c)})
+    return order.sort_values(["noisy", "m", "k", "s"], kind="stable").index[0]

@@ -1,23 +1,35 @@
-"""Where the study lives: open it safely, recover it after a driver died, snapshot it.
+"""Where the study lives: open it safely (SQLite, PostgreSQL or a journal file), snapshot it.
 
 The study persists outside the per-run directory (default: ``outputs/autotune.db``, one
 SQLite file for every study, each under its own name), so rerunning the same command
 resumes it. Each run directory gets a snapshot (``study.db``) of the study as it ended.
+
+Storage URLs: any Optuna RDB URL (``sqlite:///PATH``, ``postgresql://...``) or
+``journal:PATH``, an Optuna journal file: the choice for several drivers on one machine or
+a shared disk, since SQLite serialises writers and can time out under contention.
 """
 from __future__ import annotations
 
+import fcntl
+import json
+import re
 import sqlite3
+import time
 from pathlib import Path
-from typing import List, Optional
+from typing import Optional
 
 import optuna
-from optuna.trial import TrialState
-
-ORPHANED = "the driver stopped while this trial ran"
 
 
 class StorageError(RuntimeError):
     """The study storage cannot be used; the message names it and what to do."""
+
+
+def redact(text: str, url: Optional[str] = None) -> str:
+    """``text`` with the password of a storage URL (``scheme://user:PASSWORD@host/db``) masked."""
+    url = text if url is None else url
+    m = re.match(r"^[\w+.-]+://[^:/@]*:([^@]*)@", url)
+    return text.replace(m.group(1), "***") if m and m.group(1) else text
 
 
 def default_storage(cwd: Path) -> str:
@@ -43,45 +55,71 @@ def check_sqlite(path: Path) -> None:
                            "move it aside, or pass storage=sqlite:///OTHER.db")
 
 
-def open_study(name: str, url: str, sampler: optuna.samplers.BaseSampler) -> optuna.Study:
+def journal_path(url: str) -> Optional[Path]:
+    return Path(url[len("journal:"):]).expanduser() if url.startswith("journal:") else None
+
+
+def make_storage(url: str):
+    """The Optuna storage for a URL; refuses an unusable file before anything writes to it."""
     path = sqlite_path(url)
     if path is not None:
         check_sqlite(path)
         path.parent.mkdir(parents=True, exist_ok=True)
+        # Two drivers opening a new file at once would both create the schema and one
+        # would fail; a lock file next to it makes them take turns.
+        with open(path.with_name(path.name + ".lock"), "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                return _rdb_storage(url)
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+    path = journal_path(url)
+    if path is not None:
+        check_journal(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(path)))
+    return _rdb_storage(url)
+
+
+def _rdb_storage(url: str, attempts: int = 5):
+    """An RDB storage; retried when another driver was creating the same schema meanwhile."""
+    for attempt in range(attempts):
+        try:
+            return optuna.storages.RDBStorage(url)
+        except Exception as e:  # sqlalchemy IntegrityError / OperationalError from a concurrent creator
+            if attempt == attempts - 1 or type(e).__name__ not in ("IntegrityError", "OperationalError"):
+                raise StorageError(f"storage {redact(url)}: cannot be opened ({type(e).__name__}: "
+                                   f"{redact(str(e), url)})") from None
+            time.sleep(0.2 * (attempt + 1))
+
+
+def check_journal(path: Path) -> None:
+    """Refuse a journal file with a line that is not a whole JSON record (a truncated or
+    corrupt file): Optuna would append after it and then fail to read the study back."""
+    if not path.exists():
+        return
     try:
-        return optuna.create_study(study_name=name, storage=url, sampler=sampler, direction="maximize",
+        with open(path, "rb") as f:
+            for number, line in enumerate(f, start=1):
+                if not line.endswith(b"\n"):
+                    raise ValueError(f"line {number} is truncated")
+                try:
+                    json.loads(line)
+                except json.JSONDecodeError:
+                    raise ValueError(f"line {number} is not a JSON record") from None
+    except (OSError, ValueError) as e:
+        raise StorageError(f"journal file {path} is unreadable ({e}); it was left untouched: move it aside, "
+                           "or pass storage=journal:OTHER.log") from None
+
+
+def open_study(name: str, url: str, sampler: Optional[optuna.samplers.BaseSampler] = None) -> optuna.Study:
+    storage = make_storage(url)
+    try:
+        return optuna.create_study(study_name=name, storage=storage, sampler=sampler, direction="maximize",
                                    load_if_exists=True)
     except Exception as e:  # SQLAlchemy / Optuna errors from a storage we could not use
-        raise StorageError(f"storage {url}: cannot open study '{name}' ({type(e).__name__}: {e})") from None
-
-
-def recover(study: optuna.Study) -> List[dict]:
-    """Mark trials a dead driver left RUNNING as failed; return the configurations to retry.
-
-    A configuration is retried once: when its only finished attempts were cut short (left
-    running, or interrupted), and it has not been retried before.
-    """
-    storage = study._storage
-    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        storage.set_trial_user_attr(t._trial_id, "status", "crash")
-        storage.set_trial_user_attr(t._trial_id, "cause", ORPHANED)
-        storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
-    waiting = {_key(t.system_attrs.get("fixed_params", {})) for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,))}
-    attempts: dict = {}
-    for t in study.get_trials(deepcopy=False):
-        if t.state.is_finished():
-            attempts.setdefault(_key(t.params), []).append(t)
-    retry = []
-    for key, trials in attempts.items():
-        cut_short = [t.user_attrs.get("status") == "interrupted" or t.user_attrs.get("cause") == ORPHANED
-                     for t in trials]
-        if key and key not in waiting and len(trials) == 1 and all(cut_short):
-            retry.append({"params": dict(key), "retry_of": trials[0].number})
-    return retry
-
-
-def _key(params: dict) -> tuple:
-    return tuple(sorted(params.items()))
+        raise StorageError(f"storage {redact(url)}: cannot open study '{name}' ({type(e).__name__}: "
+                           f"{redact(str(e), url)})") from None
 
 
 def snapshot(study: optuna.Study, path: Path) -> None:

@@ -66,7 +66,12 @@ def run(spec: dict) -> dict:
 
     t = time.perf_counter()
     torch.manual_seed(spec.get("seed", 0))
-    workload = builder(device=device, seq_len=spec["seq_len"], **spec["model"].get("config", {}))
+    try:
+        workload = builder(device=device, seq_len=spec["seq_len"], **spec["model"].get("config", {}))
+    except torch.OutOfMemoryError:
+        raise
+    except Exception as e:
+        raise BuildError(f"{type(e).__name__}: {e}") from e
     workload.model.train()
     n_ckpt = apply_checkpointing(workload.blocks, strategy.checkpointing)
     optimizer = torch.optim.AdamW(workload.model.parameters(), lr=spec.get("lr", 1e-4))
@@ -117,6 +122,10 @@ def run(spec: dict) -> dict:
     return result
 
 
+class BuildError(RuntimeError):
+    """The model builder failed: the same for every configuration, so the driver stops."""
+
+
 def _is_sticky_cuda_error(e: Exception) -> bool:
     accelerator_error = getattr(torch, "AcceleratorError", None)
     text = str(e)
@@ -142,6 +151,9 @@ def main(argv=None) -> int:
         result = run(spec)
     except torch.OutOfMemoryError as e:
         result = {"status": "oom", "cause": str(e).splitlines()[0][:500]}
+    except BuildError as e:
+        traceback.print_exc()
+        result = {"status": "error", "phase": "build", "cause": f"the model builder failed: {e}"[:1000]}
     except Exception as e:  # any other failure of the user's code or ours: recorded, not raised
         traceback.print_exc()
         # A sticky CUDA error (device-side assert, illegal address) poisons this process's

@@ -10,12 +10,12 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from autotune.driver import run_study, trials_table
+from autotune.driver import ModelBuildError, run_study, trials_table
 from autotune.plan import ConfigError, Plan, make_plan
 from autotune.report import write_report
 from autotune.results import summary, write_outputs
 from autotune.scoring import choose_best, score
-from autotune.storage import StorageError, default_storage, open_study, snapshot
+from autotune.storage import StorageError, default_storage, open_study, redact, snapshot
 
 log = logging.getLogger("autotune")
 
@@ -55,13 +55,13 @@ def tune(cfg: DictConfig, run_dir: Path, overrides=()) -> int:
         return 2
     _describe(plan)
     storage = plan.storage or default_storage(Path.cwd())
-    command = " ".join(["python -m autotune", *overrides])
-    log.info(f"study '{plan.study_name}' in {storage}")
+    command = redact(" ".join(["python -m autotune", *overrides]), storage)  # into logs, report, best.yaml
+    log.info(f"study '{plan.study_name}' in {redact(storage)}")
     interrupted = False
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)  # SIGTERM cleans up like Ctrl-C
     try:
         study = run_study(plan, run_dir, storage)
-    except StorageError as e:
+    except (StorageError, ModelBuildError) as e:
         log.error(str(e))
         return 2
     except KeyboardInterrupt:

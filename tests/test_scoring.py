@@ -99,3 +99,25 @@ def test_strategy_effects_compare_at_the_baseline_micro_batch():
     assert eff.loc["activation checkpointing (full)", "time_change"] == pytest.approx(0.25)
     assert eff.loc["AMP bf16", "measured"] == "trial ended 'oom'"
     assert eff.loc["checkpointing + bf16", "measured"] == "not in the search space"
+
+
+def test_a_difference_inside_the_spread_decides_nothing_and_the_stable_config_wins():
+    df = table([["ok", "none", "fp32", 8, 10.0, 10.0], ["ok", "none", "bf16", 8, 7.0, 105.0],
+                ["ok", "none", "bf16", 4, 8.0, 100.0]])
+    df.loc[1, "time_spread"] = 0.15  # the faster one is noisy; 5 % apart is inside its spread
+    df.loc[2, "time_spread"] = 0.02
+    scored, _ = score(df, 8, 80, ROI)
+    assert scored["noisy"].tolist() == [False, True, False]
+    assert choose_best(scored, "throughput") == 2
+    # Outside the spread, the faster one wins however noisy.
+    df.loc[1, "samples_per_s"] = 200.0
+    assert choose_best(score(df, 8, 80, ROI)[0], "throughput") == 1
+
+
+def test_within_noise_prefers_less_memory_between_two_stable_configs():
+    df = table([["ok", "none", "fp32", 8, 10.0, 10.0], ["ok", "full", "bf16", 8, 5.0, 99.5],
+                ["ok", "none", "bf16", 8, 7.0, 100.0]])  # 0.5 % apart, both spreads 1 %
+    scored, _ = score(df, 8, 80, ROI)
+    assert choose_best(scored, "throughput") == 1
+    df.loc[1, "samples_per_s"] = 90.0  # 10 % apart: a real difference
+    assert choose_best(score(df, 8, 80, ROI)[0], "throughput") == 2

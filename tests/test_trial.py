@@ -60,9 +60,15 @@ def test_hung_trial_is_killed_at_its_limit(tmp_path):
 
 
 def test_exception_is_error_with_its_message(tmp_path):
+    r = run(tmp_path, spec(config={"fault": "raise_in_step"}))
+    assert r["status"] == "error" and "phase" not in r
+    assert r["cause"] == "RuntimeError: planted failure in the training step"
+
+
+def test_a_failing_builder_is_an_error_of_the_build_phase(tmp_path):
     r = run(tmp_path, spec(config={"fault": "raise"}))
-    assert r["status"] == "error"
-    assert r["cause"] == "RuntimeError: planted failure in the builder"
+    assert r["status"] == "error" and r["phase"] == "build"
+    assert r["cause"] == "the model builder failed: RuntimeError: planted failure in the builder"
 
 
 def test_non_finite_loss_is_nan_never_ok(tmp_path):

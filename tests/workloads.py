@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import random
 import signal
 import subprocess
 import time
@@ -25,12 +26,14 @@ class Blocks(torch.nn.Module):
 
 
 def mlp(device: str, seq_len: int, width: int = 64, depth: int = 4, fault: str = "none", nan_at: int = 1,
-        oom_above: int = 1 << 30, step_sleep: float = 0.0):
+        oom_above: int = 1 << 30, step_sleep: float = 0.0, step_jitter: float = 0.0):
     """An MLP over (n, seq_len, width) inputs; ``fault`` picks how it misbehaves:
     crash (exit without a result), sigkill (killed by a signal), hang, hang_with_child
-    (a child process that would outlive a careless kill), raise, nan (from micro-step
-    nan_at on), cuda_assert (a device-side assert: a sticky CUDA error). Any fault: a
-    micro-batch above oom_above raises a real torch.OutOfMemoryError, as an allocator would.
+    (a child process that would outlive a careless kill), raise (in the builder),
+    raise_in_step (at the first micro-step), nan (from micro-step nan_at on), cuda_assert
+    (a device-side assert: a sticky CUDA error). Any fault: a micro-batch above oom_above
+    raises a real torch.OutOfMemoryError, as an allocator would. Each micro-step sleeps
+    step_sleep plus a random 0..step_jitter seconds (noisy timing, different per process).
     """
     if fault == "crash":
         os._exit(3)  # dies without a result, like a segfault would
@@ -46,11 +49,14 @@ def mlp(device: str, seq_len: int, width: int = 64, depth: int = 4, fault: str =
     with torch.device(device):
         model = Blocks(width, depth)
     calls = {"n": 0}
+    rng = random.Random(os.getpid() ^ time.time_ns())
 
     def loss(m, x):
         calls["n"] += 1
-        if step_sleep:
-            time.sleep(step_sleep)
+        if fault == "raise_in_step":
+            raise RuntimeError("planted failure in the training step")
+        if step_sleep or step_jitter:
+            time.sleep(step_sleep + rng.uniform(0.0, step_jitter))
         if fault == "cuda_assert":
             torch.zeros(2, device=x.device)[torch.tensor([5], device=x.device)].item()
         out = m(x)

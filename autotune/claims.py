@@ -1,0 +1,173 @@
+"""Who runs which configuration: a queue of configurations in the study storage itself.
+
+Several drivers may work on one study (a second terminal, another machine, the workers of
+one driver). The storage is the only thing they share, so it coordinates them:
+
+* ``enqueue_missing`` puts every configuration that the study has never seen into the study
+  as a WAITING trial;
+* ``claim`` takes one WAITING trial by moving it to RUNNING, which the storage does
+  atomically (Optuna's own ask() relies on the same step), so no two drivers get the same
+  trial;
+* two drivers that enqueue at the same moment can still enqueue one configuration twice, so
+  after claiming, ``duplicate_of`` tells whether an earlier trial already holds the same
+  configuration. The earliest live trial of a configuration wins; a later one is closed as
+  a duplicate without running and left out of every table.
+
+Each claimed trial records its owner (host, pid and that process's start time) and a
+heartbeat. ``recover`` closes trials whose owner is gone: on this host, by checking the
+process; on another host, by a heartbeat older than ``STALE_S``.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from typing import Iterable, List, Optional
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+ORPHANED = "the driver stopped while this trial ran"
+HEARTBEAT_S = 20.0
+STALE_S = 6 * HEARTBEAT_S  # another host's trial counts as orphaned after this much silence
+
+
+def config_key(t: FrozenTrial) -> tuple:
+    """What makes two trials the same measurement: the configuration and the repeat index."""
+    params = t.params or t.system_attrs.get("fixed_params", {})
+    return tuple(sorted(params.items())) + (("repeat", t.user_attrs.get("repeat", 0)),)
+
+
+def is_duplicate(t: FrozenTrial) -> bool:
+    return "duplicate_of" in t.user_attrs
+
+
+def cut_short(t: FrozenTrial) -> bool:
+    """A trial that ended for a reason outside its configuration: its driver stopped, or the
+    model could not be built (which stops the study until the model is fixed)."""
+    return t.state == TrialState.FAIL and (t.user_attrs.get("status") == "interrupted"
+                                           or t.user_attrs.get("cause") == ORPHANED
+                                           or t.user_attrs.get("phase") == "build")
+
+
+def enqueue_missing(study: optuna.Study, configs: Iterable[dict], user_attrs: Optional[dict] = None) -> int:
+    """Enqueue the configurations no trial of the study holds yet; return how many."""
+    seen = {config_key(t) for t in study.get_trials(deepcopy=False) if not is_duplicate(t)}
+    added = 0
+    for params in configs:
+        attrs = dict(user_attrs or {})
+        key = tuple(sorted(params.items())) + (("repeat", attrs.get("repeat", 0)),)
+        if key not in seen:
+            study.enqueue_trial(params, user_attrs=attrs or None, skip_if_exists=False)
+            seen.add(key)
+            added += 1
+    return added
+
+
+def _process_start(pid: int) -> Optional[str]:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]  # field 22: start time since boot
+    except (OSError, IndexError):
+        return None
+
+
+def owner() -> dict:
+    pid = os.getpid()
+    return {"host": socket.gethostname(), "pid": pid, "start": _process_start(pid)}
+
+
+def owner_alive(t: FrozenTrial, now: Optional[float] = None) -> bool:
+    o = t.user_attrs.get("owner")
+    if not o:
+        return False  # claimed before owners were recorded, or by a driver that died at once
+    if o.get("host") == socket.gethostname():
+        return o.get("start") is not None and _process_start(int(o["pid"])) == o["start"]
+    beat = t.user_attrs.get("heartbeat", 0.0)
+    return (now or time.time()) - beat < STALE_S
+
+
+def claim(study: optuna.Study) -> Optional[optuna.Trial]:
+    """Take one WAITING trial for this process, or None when none is left."""
+    storage = study._storage
+    for t in storage.get_all_trials(study._study_id, deepcopy=False, states=(TrialState.WAITING,)):
+        try:
+            if not storage.set_trial_state_values(t._trial_id, state=TrialState.RUNNING):
+                continue  # another driver took it first
+        except optuna.exceptions.UpdateFinishedTrialError:
+            continue
+        storage.set_trial_user_attr(t._trial_id, "owner", owner())
+        storage.set_trial_user_attr(t._trial_id, "heartbeat", time.time())
+        return optuna.Trial(study, t._trial_id)
+    return None
+
+
+def duplicate_of(study: optuna.Study, trial: optuna.Trial) -> Optional[int]:
+    """The number of an earlier live trial holding the same configuration, if any."""
+    trials = study.get_trials(deepcopy=False)
+    me = next(t for t in trials if t._trial_id == trial._trial_id)
+    key = config_key(me)
+    for t in trials:
+        if t.number < me.number and config_key(t) == key and not is_duplicate(t) and not cut_short(t):
+            return t.number
+    return None
+
+
+class Heartbeat:
+    """Refresh a trial's heartbeat in a background thread while it runs."""
+
+    def __init__(self, study: optuna.Study, trial_id: int):
+        self._storage, self._trial_id = study._storage, trial_id
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, daemon=True)
+
+    def _beat(self) -> None:
+        while not self._stop.wait(HEARTBEAT_S):
+            try:
+                self._storage.set_trial_user_attr(self._trial_id, "heartbeat", time.time())
+            except Exception:  # a finished trial or a storage hiccup: the next beat or recover() decides
+                pass
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+
+def recover(study: optuna.Study) -> List[dict]:
+    """Close trials whose owner is gone; enqueue each such configuration again, once.
+
+    A configuration is retried when every attempt at it was cut short (left running by a
+    dead driver, or interrupted) and it has been attempted only once.
+    """
+    storage = study._storage
+    now = time.time()
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        if not owner_alive(t, now):
+            storage.set_trial_user_attr(t._trial_id, "status", "crash")
+            storage.set_trial_user_attr(t._trial_id, "cause", ORPHANED)
+            try:
+                storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+            except optuna.exceptions.UpdateFinishedTrialError:
+                pass  # its owner finished it after all
+    trials = [t for t in study.get_trials(deepcopy=False) if not is_duplicate(t)]
+    pending = {config_key(t) for t in trials if t.state in (TrialState.WAITING, TrialState.RUNNING)}
+    attempts: dict = {}
+    for t in trials:
+        if t.state.is_finished():
+            attempts.setdefault(config_key(t), []).append(t)
+    retry = []
+    for key, tried in attempts.items():
+        if key not in pending and len(tried) == 1 and cut_short(tried[0]):
+            params = {k: v for k, v in key if k != "repeat"}
+            attrs = {"retry_of": tried[0].number}
+            if tried[0].user_attrs.get("repeat"):
+                attrs.update(repeat=tried[0].user_attrs["repeat"], repeat_of=tried[0].user_attrs.get("repeat_of"))
+            retry.append({"params": params, "user_attrs": attrs})
+    for r in retry:
+        study.enqueue_trial(r["params"], user_attrs=r["user_attrs"], skip_if_exists=False)
+    return retry

@@ -1,0 +1,34 @@
+"""Which configurations to measure again before naming a winner.
+
+Timing varies between processes more than within one (on an H200, launch-bound small
+micro-batches moved 22-23 % between fresh processes while their in-process spread was a
+few per cent). So the top configurations by the run's objective, and any other whose
+figure is within the measured spread of the top one, are measured again in fresh
+processes; the trials table then ranks them by the median over every process.
+"""
+from __future__ import annotations
+
+from typing import List
+
+import numpy as np
+import pandas as pd
+
+from autotune.plan import Plan
+from autotune.scoring import score, within_noise
+
+MIN_CONTENDERS = 2  # the top two are always re-measured, so their order is checked
+MAX_CONTENDERS = 4  # at most this many, nearest to the top first
+
+
+def contenders(table: pd.DataFrame, plan: Plan) -> List[int]:
+    """Trial numbers of the configurations to re-measure, best first."""
+    if table.empty:
+        return []
+    scored, _ = score(table, plan.global_batch, plan.budget_gib, plan.roi)
+    key = "roi" if plan.objective == "roi" else "samples_per_s"
+    ok = scored[scored["fits_budget"] & np.isfinite(scored[key])].sort_values(key, ascending=False)
+    if ok.empty:
+        return []
+    tied = within_noise(scored, plan.objective)
+    picked = [i for n, i in enumerate(ok.index) if n < MIN_CONTENDERS or tied[i]][:MAX_CONTENDERS]
+    return [int(scored.loc[i, "number"]) for i in picked]

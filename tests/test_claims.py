@@ -1,0 +1,102 @@
+"""The configuration queue in the study storage: claims, duplicates, orphans (no trial runs)."""
+import os
+import subprocess
+import sys
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from autotune.claims import ORPHANED, claim, duplicate_of, enqueue_missing, owner, recover
+from autotune.storage import StorageError, open_study
+
+CONFIGS = [{"checkpointing": c, "micro_batch": m} for c in ("none", "full") for m in (1, 2)]
+
+
+@pytest.fixture(params=["sqlite", "journal"])
+def study(request, tmp_path):
+    url = f"sqlite:///{tmp_path / 's.db'}" if request.param == "sqlite" else f"journal:{tmp_path / 's.log'}"
+    return open_study("s", url)
+
+
+def _run(study, trial, value=1.0):
+    for k, choices in (("checkpointing", ["none", "full"]), ("micro_batch", [1, 2])):
+        trial.suggest_categorical(k, choices)
+    study.tell(trial, value)
+
+
+def test_each_configuration_is_enqueued_once_and_claimed_once(study):
+    assert enqueue_missing(study, CONFIGS) == 4
+    assert enqueue_missing(study, CONFIGS) == 0  # a second driver adds nothing
+    claimed = []
+    while (t := claim(study)) is not None:
+        assert duplicate_of(study, t) is None
+        claimed.append(t.number)
+        _run(study, t)
+    assert sorted(claimed) == [0, 1, 2, 3]
+    assert {tuple(sorted(t.params.items())) for t in study.trials} == {tuple(sorted(c.items())) for c in CONFIGS}
+
+
+def test_a_configuration_enqueued_twice_runs_once(study):
+    # Two drivers enqueue at the same moment: the same configuration lands twice.
+    study.enqueue_trial(CONFIGS[0])
+    study.enqueue_trial(CONFIGS[0])
+    first, second = claim(study), claim(study)
+    assert duplicate_of(study, first) is None
+    assert duplicate_of(study, second) == first.number
+    # Whichever is claimed first, the earlier trial is the one that runs.
+    study.enqueue_trial(CONFIGS[1])
+    study.enqueue_trial(CONFIGS[1])
+    waiting = study.get_trials(states=(TrialState.WAITING,))
+    study._storage.set_trial_state_values(waiting[1]._trial_id, TrialState.RUNNING)  # the later one claimed
+    later = optuna.Trial(study, waiting[1]._trial_id)
+    assert duplicate_of(study, later) == waiting[0].number
+
+
+def test_a_claim_is_atomic_across_processes(tmp_path):
+    url = f"journal:{tmp_path / 's.log'}"
+    study = open_study("s", url)
+    enqueue_missing(study, [{"checkpointing": "none", "micro_batch": m} for m in range(1, 41)])
+    code = ("import sys; from autotune.storage import open_study; from autotune.claims import claim\n"
+            "s = open_study('s', sys.argv[1]); n = []\n"
+            "while (t := claim(s)) is not None: n.append(t.number)\n"
+            "print(' '.join(map(str, n)))")
+    procs = [subprocess.Popen([sys.executable, "-c", code, url], stdout=subprocess.PIPE, text=True,
+                              cwd=os.path.dirname(os.path.dirname(__file__))) for _ in range(4)]
+    got = [int(n) for p in procs for n in p.communicate(timeout=120)[0].split()]
+    assert sorted(got) == list(range(40))  # every trial claimed, none twice
+
+
+def test_a_live_drivers_trial_is_left_alone_a_dead_ones_is_retried_once(study):
+    enqueue_missing(study, CONFIGS[:2])
+    mine = claim(study)  # owned by this (live) process
+    dead = claim(study)
+    study._storage.set_trial_user_attr(dead._trial_id, "owner", {**owner(), "pid": 999999999, "start": "0"})
+    retried = recover(study)
+    assert [r["params"] for r in retried] == [CONFIGS[1]]
+    trials = study.get_trials()
+    assert trials[mine.number].state == TrialState.RUNNING
+    assert trials[dead.number].state == TrialState.FAIL and trials[dead.number].user_attrs["cause"] == ORPHANED
+    assert trials[-1].state == TrialState.WAITING and trials[-1].user_attrs["retry_of"] == dead.number
+    # The retry dies too: no second retry.
+    again = claim(study)
+    study._storage.set_trial_user_attr(again._trial_id, "owner", {**owner(), "pid": 999999999, "start": "0"})
+    assert recover(study) == []
+
+
+def test_a_corrupt_journal_is_a_clear_error_and_stays_untouched(tmp_path):
+    path = tmp_path / "s.log"
+    path.write_text('{"op_code": 0, "worker_id": "x", "study_name": "s", "directions": [1]}\n{not json\n')
+    before = path.read_bytes()
+    with pytest.raises(StorageError, match=f"journal file {path} is unreadable"):
+        open_study("s", f"journal:{path}")
+    assert path.read_bytes() == before
+
+
+def test_a_password_in_a_storage_url_is_kept_out_of_messages():
+    from autotune.storage import redact
+
+    url = "postgresql://tuner:s3cr%40t@db.example:5432/studies"
+    assert redact(url) == "postgresql://tuner:***@db.example:5432/studies"
+    assert redact(f"could not connect to {url}", url) == "could not connect to postgresql://tuner:***@db.example:5432/studies"
+    assert redact("sqlite:////tmp/a.db") == "sqlite:////tmp/a.db"
