@@ -247,7 +247,7 @@ def _fold_repeats(row: dict, extra: list) -> None:
     median = statistics.median(sps)
     between = (max(sps) - min(sps)) / median if median > 0 else float("nan")
     within = max(float(r.get("time_spread") or 0.0) for r in runs)
-    row.update(samples_per_s=median, samples_per_s_runs=";".join(f"{v:.2f}" for v in sps),
+    row.update(samples_per_s=median, samples_per_s_runs=";".join(f"{v:.6g}" for v in sps),
                process_spread=between, time_spread=max(within, between),
                repeat_trials=";".join(str(r["number"]) for r in runs[1:]))
     for col in ("peak_memory_gib", "device_peak_gib", "peak_allocated_gib", "peak_reserved_gib"):
