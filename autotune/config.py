@@ -28,6 +28,8 @@ class ModelConfig:
     # A builder "package.module:function" called as builder(device=..., seq_len=..., **config);
     # it returns an autotune.Workload.
     _target_: str = MISSING
+    # For model=custom: the builder, "package.module:function" (_target_ interpolates it).
+    target: Optional[str] = None
     config: Dict[str, Any] = field(default_factory=dict)
     cpu: CpuReduction = field(default_factory=CpuReduction)
 
@@ -68,7 +70,10 @@ class TuneConfig:
     trial: TrialConfig = field(default_factory=TrialConfig)
     global_batch: int = 64  # samples per optimizer step, the same for every trial
     seq_len: int = 512  # tokens per sample, for sequence models
-    budget_gib: Optional[float] = None  # peak-memory budget; default: the device's memory
+    # Peak-memory budget in GiB, or a list of budgets ([16, 24, 40]) tuned in one go; a
+    # budget makes every trial run capped to it (the largest, for a list). Default: the
+    # device's memory, uncapped.
+    budget_gib: Optional[Any] = None
     objective: str = "roi"  # roi | throughput
     device: str = "auto"  # auto (CUDA if present, else CPU) | cpu | cuda | cuda:N
     cpu_reduce: bool = True  # on CPU, apply model.cpu so the run stays short

@@ -21,10 +21,17 @@ MAX_CONTENDERS = 4  # at most this many, nearest to the top first
 
 
 def contenders(table: pd.DataFrame, plan: Plan) -> List[int]:
-    """Trial numbers of the configurations to re-measure, best first."""
+    """Trial numbers of the configurations to re-measure: for each budget, best first."""
+    picked: List[int] = []
+    for budget in plan.budgets:
+        picked += [n for n in _contenders(table, plan, budget) if n not in picked]
+    return picked
+
+
+def _contenders(table: pd.DataFrame, plan: Plan, budget_gib: float) -> List[int]:
     if table.empty:
         return []
-    scored, _ = score(table, plan.global_batch, plan.budget_gib, plan.roi)
+    scored, _ = score(table, plan.global_batch, budget_gib, plan.roi)
     key = "roi" if plan.objective == "roi" else "samples_per_s"
     ok = scored[scored["fits_budget"] & np.isfinite(scored[key])].sort_values(key, ascending=False)
     if ok.empty:

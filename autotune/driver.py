@@ -25,16 +25,22 @@ from autotune.runner import run_trial
 from autotune.space import skip_reason
 from autotune.claims import Heartbeat, claim, cut_short, duplicate_of, enqueue_missing, is_duplicate, recover
 from autotune.storage import open_study
-from autotune.strategy import Strategy
+from autotune.strategy import Strategy, allocator_env
 
 log = logging.getLogger("autotune")
 POLL_S = 1.0  # how often a driver with nothing left to claim checks on other drivers' trials
 
 # Columns every trials table starts with; the rest follow in the order first seen.
-LEAD_COLUMNS = ["number", "status", "checkpointing", "precision", "micro_batch", "accumulation",
-                "peak_memory_gib", "samples_per_s", "time_spread", "cause"]
+LEAD_COLUMNS = ["number", "status", "checkpointing", "precision", "micro_batch", "accumulation", "offload",
+                "allocator", "peak_memory_gib", "samples_per_s", "time_spread", "cause"]
 # Result fields too bulky or nested for a column; kept in trials/NNN/result.json.
 _NOT_COLUMNS = {"step_times_s", "timings"}
+
+
+def strategy_of(params: dict, global_batch: int) -> Strategy:
+    return Strategy(checkpointing=params["checkpointing"], precision=params["precision"],
+                    micro_batch=params["micro_batch"], accumulation=global_batch // params["micro_batch"],
+                    offload=params.get("offload", False), allocator=params.get("allocator", "default"))
 
 
 def trial_spec(plan: Plan, strategy: Strategy) -> dict:
@@ -47,6 +53,7 @@ def trial_spec(plan: Plan, strategy: Strategy) -> dict:
         "measure_steps": plan.measure_steps,
         "lr": plan.lr,
         "seed": plan.seed,
+        "memory_cap_gib": plan.memory_cap_gib,
     }
 
 
@@ -127,17 +134,17 @@ def measure_queue(study: optuna.Study, plan: Plan, run_dir: Path, on_trial: Call
 
 def _measure(study, trial: optuna.Trial, plan: Plan, run_dir: Path, choices: dict, on_trial) -> None:
     params = {name: trial.suggest_categorical(name, choices[name]) for name in choices}
-    strategy = Strategy(checkpointing=params["checkpointing"], precision=params["precision"],
-                        micro_batch=params["micro_batch"], accumulation=plan.global_batch // params["micro_batch"])
+    strategy = strategy_of(params, plan.global_batch)
     trial.set_user_attr("accumulation", strategy.accumulation)
-    reason = skip_reason(strategy, plan.device.precisions, plan.device.unsupported)
+    reason = skip_reason(strategy, plan.device.precisions, plan.device.unsupported, plan.device.kind)
     if reason:
         result = {"status": "skipped", "cause": reason}
     else:
         trial_dir = run_dir / "trials" / f"{trial.number:03d}"
         try:
             with Heartbeat(study, trial._trial_id):
-                result = run_trial(trial_spec(plan, strategy), trial_dir, plan.timeout_s)
+                result = run_trial(trial_spec(plan, strategy), trial_dir, plan.timeout_s,
+                                   env=allocator_env(strategy.allocator))
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the trial was killed; retried on resume
             trial.set_user_attr("status", "interrupted")
             trial.set_user_attr("cause", "the driver was interrupted while this trial ran")
@@ -225,7 +232,8 @@ def trials_table(study: optuna.Study) -> pd.DataFrame:
     df = pd.DataFrame(rows)
     for col in LEAD_COLUMNS:
         if col not in df.columns:
-            df[col] = float("nan") if col not in ("status", "cause", "checkpointing", "precision") else None
+            df[col] = {"offload": False, "allocator": "default"}.get(
+                col, None if col in ("status", "cause", "checkpointing", "precision") else float("nan"))
     for col in ("peak_memory_gib", "samples_per_s", "time_spread"):
         df[col] = pd.to_numeric(df[col], errors="coerce")
     df = df.drop(columns=[c for c in ("owner", "heartbeat", "repeat", "repeat_of") if c in df.columns])

@@ -100,6 +100,16 @@ class CudaMemory:
         after = nvml_used_bytes(self.handle)
         self.context = None if after is None else after - self.nvml_before - torch.cuda.memory_reserved()
 
+    def limit(self, budget_gib: float) -> dict:
+        """Simulate a card of ``budget_gib``: cap this process's caching allocator at the
+        budget less the CUDA context, so a trial that would not fit such a card runs out of
+        memory here too. Not simulated: the other card's speed, and memory other processes
+        or the driver would hold on it."""
+        total = torch.cuda.get_device_properties(self.index).total_memory
+        cap = budget_gib * GIB - (self.context or 0)
+        torch.cuda.set_per_process_memory_fraction(max(0.0, min(1.0, cap / total)), self.index)
+        return {"memory_cap_gib": cap / GIB}
+
     def start_window(self) -> None:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()

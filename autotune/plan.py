@@ -31,8 +31,10 @@ class Plan:
     seq_len: int
     global_batch: int
     device: DeviceInfo
-    budget_gib: float
+    budget_gib: float  # the primary budget: the first listed (best.yaml is for it)
     budget_is_device_memory: bool
+    budgets: List[float]  # every budget a best config is reported for
+    memory_cap_gib: Optional[float]  # trials run capped to this (the largest budget); None: uncapped
     space: SearchSpace
     space_name: str
     micro_batches: List[int]
@@ -75,11 +77,11 @@ def default_timeout(warmup_steps: int, measure_steps: int) -> float:
     return STARTUP_S + STEP_S * (warmup_steps + 1 + measure_steps)
 
 
-def default_study_name(model: str, space: str, budget_gib: float, measured: dict) -> str:
-    """model-space-budget plus a digest of everything that changes a measurement, so that
+def default_study_name(model: str, space: str, budgets: List[float], measured: dict) -> str:
+    """model-space-budgets plus a digest of everything that changes a measurement, so that
     rerunning the same command resumes its study and a changed one starts its own."""
     digest = hashlib.sha1(json.dumps(measured, sort_keys=True, default=str).encode()).hexdigest()[:8]
-    return f"{model}-{space}-{budget_gib:.1f}GiB-{digest}"
+    return f"{model}-{space}-{'-'.join(f'{b:.1f}'.removesuffix('.0') for b in budgets)}GiB-{digest}"
 
 
 def make_plan(cfg: TuneConfig, overridden: frozenset = frozenset()) -> Plan:
@@ -130,15 +132,30 @@ def make_plan(cfg: TuneConfig, overridden: frozenset = frozenset()) -> Plan:
     if roi["workload_samples"] <= 0:
         problems.append(f"roi.workload_samples={roi['workload_samples']}: must be > 0 (samples the whole job trains on)")
 
-    budget = cfg.budget_gib
+    budgets: List[float] = []
+    raw = cfg.budget_gib
+    listed = list(raw) if isinstance(raw, (list, tuple)) or type(raw).__name__ == "ListConfig" else [raw]
     if device is not None:
-        if budget is None:
-            budget = device.memory_gib
-        elif budget <= 0:
-            problems.append(f"budget_gib={budget}: must be > 0; e.g. budget_gib={int(device.memory_gib)} or leave it unset")
-        elif budget > device.memory_gib + 1e-9:
-            problems.append(f"budget_gib={budget}: above this device's memory ({device.memory_gib:.1f} GiB on "
-                            f"{device.name}); use a value <= {device.memory_gib:.1f} or leave it unset")
+        if raw is None:
+            budgets = [device.memory_gib]
+        for b in ([] if raw is None else listed):
+            where = f"budget_gib={raw}" + (f" ({b})" if len(listed) > 1 or listed[0] is not raw else "")
+            if isinstance(b, bool) or not isinstance(b, (int, float)):
+                problems.append(f"{where}: not a number of GiB; e.g. budget_gib=24 or budget_gib=[16,24,40]")
+            elif b <= 0:
+                problems.append(f"{where}: must be > 0; e.g. budget_gib={int(device.memory_gib)} or leave it unset")
+            elif b > device.memory_gib + 1e-9:
+                problems.append(f"{where}: above this device's memory ({device.memory_gib:.1f} GiB on "
+                                f"{device.name}); use a value <= {device.memory_gib:.1f} or leave it unset")
+            else:
+                budgets.append(float(b))
+        if raw is not None and not listed:
+            problems.append("budget_gib=[]: give at least one budget, e.g. budget_gib=[16,24], or leave it unset")
+        if len(set(budgets)) != len(budgets):
+            problems.append(f"budget_gib={raw}: a budget is listed twice; list each once")
+    budget = budgets[0] if budgets else None
+    capped = raw is not None and device is not None and device.kind == "cuda"
+    memory_cap = max(budgets) if capped and budgets else None
 
     space = load_space(cfg.search_space.path, problems)
     micro_batches: List[int] = []
@@ -152,15 +169,15 @@ def make_plan(cfg: TuneConfig, overridden: frozenset = frozenset()) -> Plan:
 
     if problems:
         raise ConfigError(problems)
-    measured = {"target": cfg.model._target_, "config": model_config, "seq_len": seq_len,
+    measured = {"target": cfg.model._target_, "config": model_config, "seq_len": seq_len, "memory_cap_gib": memory_cap,
                 "global_batch": global_batch, "device": device.name, "space": space.grid(global_batch),
                 "warmup": t.warmup_steps, "measure": t.measure_steps, "lr": t.lr, "seed": t.seed}
     return Plan(
         model_name=cfg.model.name, model_target=cfg.model._target_, model_config=model_config,
         seq_len=seq_len, global_batch=global_batch, device=device, budget_gib=float(budget),
-        budget_is_device_memory=cfg.budget_gib is None, space=space, space_name=cfg.search_space.name,
+        budget_is_device_memory=cfg.budget_gib is None, budgets=budgets, memory_cap_gib=memory_cap, space=space, space_name=cfg.search_space.name,
         micro_batches=micro_batches, objective=cfg.objective, roi=roi, warmup_steps=t.warmup_steps,
         measure_steps=t.measure_steps, repeats=t.repeats, lr=t.lr, seed=t.seed,
         timeout_s=t.timeout_s if t.timeout_s is not None else default_timeout(t.warmup_steps, t.measure_steps),
-        study_name=cfg.study_name or default_study_name(cfg.model.name, cfg.search_space.name, float(budget), measured),
+        study_name=cfg.study_name or default_study_name(cfg.model.name, cfg.search_space.name, budgets, measured),
         storage=cfg.storage, reductions=reductions)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import html
 import io
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import matplotlib
 
@@ -18,23 +18,37 @@ import pandas as pd  # noqa: E402
 
 from autotune.effects import strategy_effects  # noqa: E402
 from autotune.scoring import Baseline  # noqa: E402
+from autotune.strategy import checkpoint_fraction, checkpoint_label  # noqa: E402
 
 PRECISION_COLOURS = {"fp32": "#1f77b4", "bf16": "#2ca02c", "fp16": "#ff7f0e"}
-CHECKPOINT_MARKERS = {"none": "o", "full": "s"}
-TABLE_COLUMNS = ["number", "status", "checkpointing", "precision", "micro_batch", "accumulation",
-                 "peak_memory_gib", "device_peak_gib", "samples_per_s", "time_spread", "noisy",
-                 "samples_per_s_runs", "roi", "fits_budget", "on_pareto", "cause"]
+CHECKPOINT_MARKERS = ["o", "^", "D", "v", "P", "X", "s"]  # by checkpointed fraction: none first, full last
+TABLE_COLUMNS = ["number", "status", "checkpointing", "precision", "micro_batch", "accumulation", "offload",
+                 "allocator", "peak_memory_gib", "device_peak_gib", "peak_allocated_gib", "fragmentation_gib",
+                 "num_alloc_retries", "samples_per_s", "time_spread", "noisy", "samples_per_s_runs", "roi",
+                 "fits_budget", "on_pareto", "cause"]
 
 
-def pareto_figure(scored: pd.DataFrame, best: Optional[int], budget_gib: float, baseline: Baseline,
+def _marker(ckpt, all_ckpt) -> str:
+    order = sorted(set(all_ckpt), key=checkpoint_fraction)
+    if checkpoint_fraction(ckpt) == 1.0:
+        return "s"
+    return CHECKPOINT_MARKERS[min(order.index(ckpt), len(CHECKPOINT_MARKERS) - 2)]
+
+
+def pareto_figure(scored: pd.DataFrame, best: Optional[int], budgets: List[float], baseline: Baseline,
                   title: str) -> plt.Figure:
     fig, ax = plt.subplots(figsize=(8.5, 5.2), dpi=110)
-    ok = scored[(scored["status"] == "ok") & np.isfinite(scored["peak_memory_gib"])]
-    for (ckpt, prec), g in ok.groupby(["checkpointing", "precision"]):
+    ok = scored[(scored["status"] == "ok") & np.isfinite(scored["peak_memory_gib"])].copy()
+    ok["checkpointing"] = ok["checkpointing"].map(checkpoint_label)
+    ok["offload"] = ok.get("offload", False)
+    for (ckpt, prec, offload), g in ok.groupby(["checkpointing", "precision", "offload"]):
         fits = g[g["fits_budget"]]
         over = g[~g["fits_budget"]]
-        style = dict(marker=CHECKPOINT_MARKERS.get(ckpt, "^"), color=PRECISION_COLOURS.get(prec, "grey"))
-        ax.scatter(fits["peak_memory_gib"], fits["samples_per_s"], s=46, label=f"{ckpt} / {prec}", **style)
+        colour = PRECISION_COLOURS.get(prec, "grey")
+        style = dict(marker=_marker(ckpt, ok["checkpointing"]), edgecolors=colour,
+                     facecolors="none" if offload is True else colour)
+        ax.scatter(fits["peak_memory_gib"], fits["samples_per_s"], s=46,
+                   label=f"ckpt {ckpt} / {prec}" + (" / offload" if offload is True else ""), **style)
         if len(over):
             ax.scatter(over["peak_memory_gib"], over["samples_per_s"], s=46, alpha=0.35, **style)
         for _, r in g.iterrows():
@@ -52,15 +66,16 @@ def pareto_figure(scored: pd.DataFrame, best: Optional[int], budget_gib: float, 
         ax.scatter([baseline.peak_memory_gib], [baseline.samples_per_s], marker="D", s=110, facecolor="none",
                    edgecolor="black", label="baseline", zorder=4)
     # A budget far right of every point (the device's whole memory, say) would squash them.
-    top = float(ok["peak_memory_gib"].max()) if len(ok) else budget_gib
-    xmax = (budget_gib if budget_gib <= 2 * top else top) * 1.1
-    if budget_gib <= xmax:
-        ax.axvline(budget_gib, color="red", ls="--", lw=1, label=f"budget {budget_gib:.1f} GiB")
-    else:
-        ax.plot([], [], " ", label=f"budget {budget_gib:.1f} GiB (beyond the right edge)")
+    top = float(ok["peak_memory_gib"].max()) if len(ok) else max(budgets)
+    xmax = max([top] + [b for b in budgets if b <= 2 * top]) * 1.1
+    for i, budget in enumerate(sorted(budgets)):
+        if budget <= xmax:
+            ax.axvline(budget, color="red", ls=["--", ":", "-."][i % 3], lw=1, label=f"budget {budget:.1f} GiB")
+        else:
+            ax.plot([], [], " ", label=f"budget {budget:.1f} GiB (beyond the right edge)")
     failed = scored[~scored["status"].isin(["ok", "skipped"])]
     if len(failed):
-        ax.scatter(np.full(len(failed), min(budget_gib, xmax)), np.zeros(len(failed)), marker="x", color="red",
+        ax.scatter(np.full(len(failed), min(max(budgets), xmax)), np.zeros(len(failed)), marker="x", color="red",
                    s=40, label=f"failed ({len(failed)}: {', '.join(sorted(set(failed['status'])))})", clip_on=False)
     ax.set_xlabel("peak memory (GiB)  - lower is better")
     ax.set_ylabel("throughput (samples/s)  - higher is better")
@@ -85,10 +100,14 @@ def _table(df: pd.DataFrame, percent: tuple = ()) -> str:
     return out.to_html(index=False, escape=True, border=0, na_rep="")
 
 
-def write_report(run_dir: Path, scored: pd.DataFrame, best: Optional[int], baseline: Baseline, meta: dict) -> Path:
-    """Write report.html and pareto.png into run_dir; returns the HTML path."""
+def write_report(run_dir: Path, scored: pd.DataFrame, best: Optional[int], baseline: Baseline, meta: dict,
+                 per_budget: Optional[pd.DataFrame] = None) -> Path:
+    """Write report.html and pareto.png into run_dir; returns the HTML path.
+
+    ``scored`` is scored at the primary budget; ``per_budget`` (several budgets) holds the
+    winner of each budget and why it won."""
     title = f"{meta['model']} on {meta['device_name']} - global batch {meta['global_batch']}"
-    fig = pareto_figure(scored, best, meta["budget_gib"], baseline, title)
+    fig = pareto_figure(scored, best, meta.get("budgets") or [meta["budget_gib"]], baseline, title)
     fig.savefig(run_dir / "pareto.png")
     svg = io.StringIO()
     fig.savefig(svg, format="svg")
@@ -107,6 +126,11 @@ def write_report(run_dir: Path, scored: pd.DataFrame, best: Optional[int], basel
                      f"<b>{int(b['accumulation'])}</b> - peak {b['peak_memory_gib']:.2f} GiB, {b['samples_per_s']:.1f} samples/s"
                      + (f", ROI {b['roi']:.2f}" if pd.notna(b.get("roi")) else "") + "</p>")
     notes = [f"Baseline (none / fp32 / micro_batch = global batch): {esc(baseline.note)}."]
+    if meta.get("memory_cap_gib"):
+        notes.append(f"Every trial ran with its CUDA allocator capped to {meta['memory_cap_gib']:g} GiB less its CUDA "
+                     "context (torch.cuda.set_per_process_memory_fraction), as on a card of that size; a trial fits a "
+                     "budget when its reserved memory plus the context stays within it. Not simulated: the smaller "
+                     "card's speed, and memory other processes would hold on it.")
     if meta.get("reductions"):
         notes.append("CPU run with a reduced model so it finishes in minutes: " + esc(", ".join(meta["reductions"]))
                      + ". GPU runs use the full size.")
@@ -122,6 +146,10 @@ def write_report(run_dir: Path, scored: pd.DataFrame, best: Optional[int], basel
     if len(skipped):
         notes.append(f"{len(skipped)} configuration(s) skipped, never run: "
                      + esc("; ".join(sorted(set(skipped["cause"].dropna())))) + ".")
+    budget_html = ""
+    if per_budget is not None:
+        budget_html = ("<h2>Best per budget</h2>\n<p>The same trials, judged against each budget (the table and "
+                       f"plot below use the first, {meta['budget_gib']:g} GiB).</p>\n" + _table(per_budget))
     page = f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>autotune report - {esc(title)}</title>
 <style>
@@ -131,10 +159,11 @@ th, td {{ padding: 3px 8px; border-bottom: 1px solid #ddd; text-align: right; }}
 th {{ background: #f3f3f3; }} .best {{ font-size: 1.1em; }} code {{ background: #f3f3f3; padding: 1px 4px; }}
 </style></head><body>
 <h1>autotune report</h1>
-<p>{esc(title)} - seq_len {meta['seq_len']} - budget {meta['budget_gib']:.1f} GiB - device {esc(meta['device_name'])} - torch {esc(meta['torch'])}</p>
+<p>{esc(title)} - seq_len {meta['seq_len']} - budget {esc(", ".join(f"{b:.1f}" for b in meta.get("budgets") or [meta["budget_gib"]]))} GiB - device {esc(meta['device_name'])} - torch {esc(meta['torch'])}</p>
 <p>Command: <code>{esc(meta['command'])}</code></p>
 {best_html}
 <ul>{''.join(f'<li>{n}</li>' for n in notes)}</ul>
+{budget_html}
 <h2>Pareto plot</h2>
 <div id="pareto-plot">{svg.getvalue()[svg.getvalue().find('<svg'):]}</div>
 <h2>Pareto front</h2>

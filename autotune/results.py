@@ -2,52 +2,66 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import pandas as pd
 import yaml
 
+from autotune.budgets import BudgetResult, budget_label
 from autotune.plan import Plan
 from autotune.scoring import Baseline
+from autotune.strategy import checkpoint_label
 
-SUMMARY_COLUMNS = ["checkpointing", "precision", "micro_batch", "accumulation", "peak_memory_gib",
-                   "samples_per_s", "time_spread", "roi"]
+SUMMARY_COLUMNS = ["checkpointing", "precision", "micro_batch", "accumulation", "offload", "allocator",
+                   "peak_memory_gib", "samples_per_s", "time_spread", "roi"]
 
 
 def pareto_table(scored: pd.DataFrame) -> pd.DataFrame:
     return scored[scored["on_pareto"]].sort_values("peak_memory_gib")
 
 
-def best_config(plan: Plan, row: pd.Series, baseline: Baseline, command: str) -> dict:
+def best_config(plan: Plan, row: pd.Series, baseline: Baseline, command: str, budget_gib: float) -> dict:
     def num(v):
         return None if pd.isna(v) else float(v)
 
     return {
-        "strategy": {"checkpointing": row["checkpointing"], "precision": row["precision"],
-                     "micro_batch": int(row["micro_batch"]), "accumulation": int(row["accumulation"])},
+        "strategy": {"checkpointing": checkpoint_label(row["checkpointing"]), "precision": row["precision"],
+                     "micro_batch": int(row["micro_batch"]), "accumulation": int(row["accumulation"]),
+                     "offload": bool(row.get("offload", False)), "allocator": row.get("allocator", "default")},
         "global_batch": plan.global_batch,
         "objective": plan.objective,
-        "budget_gib": round(plan.budget_gib, 3),
+        "budget_gib": round(budget_gib, 3),
+        "memory_cap_gib": plan.memory_cap_gib,  # the trials ran capped to this (None: uncapped)
         "device": {"kind": plan.device.kind, "name": plan.device.name},
         "model": {"name": plan.model_name, "target": plan.model_target, "config": plan.model_config,
                   "seq_len": plan.seq_len},
         "measured": {"trial": int(row["number"]), "peak_memory_gib": num(row["peak_memory_gib"]),
-                     "device_peak_gib": num(row.get("device_peak_gib")), "samples_per_s": num(row["samples_per_s"]),
+                     "device_peak_gib": num(row.get("device_peak_gib")), "cuda_context_gib": num(row.get("cuda_context_gib")),
+                     "samples_per_s": num(row["samples_per_s"]),
                      "time_spread": num(row.get("time_spread")), "roi": num(row.get("roi"))},
         "baseline": baseline.as_dict(),
         "command": command,
     }
 
 
-def write_outputs(run_dir: Path, plan: Plan, scored: pd.DataFrame, best: Optional[int], baseline: Baseline,
-                  command: str) -> None:
-    scored.to_csv(run_dir / "trials.csv", index=False)
-    pareto_table(scored).to_csv(run_dir / "pareto.csv", index=False)
-    if best is not None:
-        header = ("# Tuned by autotune; load it with: from autotune import load_tuned; "
-                  "tuned = load_tuned('best.yaml')\n")
-        body = yaml.safe_dump(best_config(plan, scored.loc[best], baseline, command), sort_keys=False)
-        (run_dir / "best.yaml").write_text(header + body)
+def write_outputs(run_dir: Path, plan: Plan, results: List[BudgetResult], command: str) -> List[str]:
+    """trials.csv and pareto.csv (primary budget), best.yaml for the primary budget and,
+    with several budgets, best-<budget>GiB.yaml for each; returns the tuned files written."""
+    primary = results[0]
+    primary.scored.to_csv(run_dir / "trials.csv", index=False)
+    pareto_table(primary.scored).to_csv(run_dir / "pareto.csv", index=False)
+    header = ("# Tuned by autotune; load it with: from autotune import load_tuned; "
+              "tuned = load_tuned('{name}')\n")
+    written = []
+    targets = [("best.yaml", primary)] + ([(f"best-{budget_label(r.budget_gib)}.yaml", r) for r in results]
+                                         if len(results) > 1 else [])
+    for name, r in targets:
+        if r.best is not None:
+            body = yaml.safe_dump(best_config(plan, r.scored.loc[r.best], r.baseline, command, r.budget_gib),
+                                  sort_keys=False)
+            (run_dir / name).write_text(header.format(name=name) + body)
+            written.append(name)
+    return written
 
 
 def summary(scored: pd.DataFrame, best: Optional[int], objective: str) -> str:
@@ -60,8 +74,10 @@ def summary(scored: pd.DataFrame, best: Optional[int], objective: str) -> str:
         lines += [f"  {s}: {c}" for s, c in causes.items()]
         return "\n".join(lines)
     b = scored.loc[best]
+    extra = (" offload=true" if b.get("offload") is True else "") + (
+        f" allocator={b['allocator']}" if b.get("allocator", "default") != "default" else "")
     lines.append(f"best by {objective}: checkpointing={b['checkpointing']} precision={b['precision']} "
-                 f"micro_batch={int(b['micro_batch'])} accumulation={int(b['accumulation'])} "
+                 f"micro_batch={int(b['micro_batch'])} accumulation={int(b['accumulation'])}{extra} "
                  f"({b['peak_memory_gib']:.3f} GiB, {b['samples_per_s']:.1f} samples/s)")
     lines.append("Pareto front (peak memory vs samples/s):")
     lines.append(pareto_table(scored)[SUMMARY_COLUMNS].to_string(index=False, float_format=lambda v: f"{v:.3f}"))

@@ -19,10 +19,11 @@ import numpy as np
 import pandas as pd
 
 from autotune.pareto import pareto_mask
+from autotune.strategy import checkpoint_fraction
 
 OBJECTIVES = ("roi", "throughput")
 NOISY_SPREAD = 0.10  # IQR/median above this flags a timing as noisy (torch.utils.benchmark's warning level)
-BASELINE_STRATEGY = {"checkpointing": "none", "precision": "fp32"}
+BASELINE_STRATEGY = {"checkpointing": "none", "precision": "fp32", "offload": False, "allocator": "default"}
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,11 @@ def fit_mask(trials: pd.DataFrame, budget_gib: float) -> pd.Series:
 
 
 def _is_baseline_strategy(trials: pd.DataFrame) -> pd.Series:
-    return (trials["checkpointing"] == "none") & (trials["precision"] == "fp32")
+    off = trials["offload"].fillna(False).astype(bool) if "offload" in trials else False
+    alloc = trials["allocator"].fillna("default") if "allocator" in trials else "default"
+    ckpt = trials["checkpointing"].map(lambda v: checkpoint_fraction(v) == 0 if pd.notna(v) else False)
+    return ckpt & (trials["precision"] == "fp32") & ~pd.Series(off, index=trials.index) & (
+        pd.Series(alloc, index=trials.index) == "default")
 
 
 def find_baseline(trials: pd.DataFrame, global_batch: int, budget_gib: float) -> Baseline:

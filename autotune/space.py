@@ -2,7 +2,8 @@
 
 A space file (``search_spaces/*.yaml``) lists the values of each dimension; micro-batch
 bounds are inclusive and the tried values are the divisors of ``global_batch`` inside them,
-so that ``micro_batch * accumulation == global_batch`` always holds.
+so that ``micro_batch * accumulation == global_batch`` always holds. ``offload`` and
+``allocator`` may be left out (then: no offload, the default allocator).
 """
 from __future__ import annotations
 
@@ -12,18 +13,20 @@ from typing import Dict, List, Optional
 
 import yaml
 
-from autotune.strategy import CHECKPOINTING, PRECISIONS, Strategy
+from autotune.strategy import ALLOCATORS, PRECISIONS, Strategy, checkpoint_label
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-SPACE_KEYS = {"checkpointing", "precision", "micro_batch"}
+SPACE_KEYS = {"checkpointing", "precision", "micro_batch", "offload", "allocator"}
 
 
 @dataclass(frozen=True)
 class SearchSpace:
-    checkpointing: tuple
+    checkpointing: tuple  # labels: none, full or a fraction such as "0.5"
     precision: tuple
     micro_batch_min: int
     micro_batch_max: int
+    offload: tuple = (False,)
+    allocator: tuple = ("default",)
 
     def micro_batches(self, global_batch: int) -> List[int]:
         return [d for d in divisors(global_batch) if self.micro_batch_min <= d <= self.micro_batch_max]
@@ -34,6 +37,8 @@ class SearchSpace:
             "checkpointing": list(self.checkpointing),
             "precision": list(self.precision),
             "micro_batch": self.micro_batches(global_batch),
+            "offload": list(self.offload),
+            "allocator": list(self.allocator),
         }
 
 
@@ -64,18 +69,33 @@ def load_space(path: str, problems: List[str]) -> Optional[SearchSpace]:
     for unknown in sorted(set(data) - SPACE_KEYS):
         problems.append(f"{file.name}: unknown dimension '{unknown}'; known: {', '.join(sorted(SPACE_KEYS))}")
 
-    def values(name: str, allowed: tuple) -> tuple:
-        vals = data.get(name)
+    def values(name: str, allowed: tuple, default=None) -> tuple:
+        vals = data.get(name, default)
         if not isinstance(vals, list) or not vals:
             problems.append(f"{file.name}: {name} must be a non-empty list drawn from {list(allowed)}; got {vals!r}")
             return ()
-        bad = [v for v in vals if v not in allowed]
+        bad = [v for v in vals if type(v) is not type(allowed[0]) or v not in allowed]
         if bad:
             problems.append(f"{file.name}: {name} has unknown value(s) {bad}; use values from {list(allowed)}")
-        return tuple(v for v in dict.fromkeys(vals) if v in allowed)
+        return tuple(v for v in dict.fromkeys(vals) if v not in bad)
 
-    ckpt = values("checkpointing", CHECKPOINTING)
+    ckpt: tuple = ()
+    raw = data.get("checkpointing")
+    if not isinstance(raw, list) or not raw:
+        problems.append(f"{file.name}: checkpointing must be a non-empty list of none, full or fractions of the "
+                        f"blocks in [0, 1] (e.g. [none, 0.5, full]); got {raw!r}")
+    else:
+        labels = []
+        for v in raw:
+            try:
+                labels.append(checkpoint_label(v))
+            except ValueError:
+                problems.append(f"{file.name}: checkpointing value {v!r} is neither none, full nor a fraction of the "
+                                "blocks in [0, 1]; e.g. [none, 0.25, 0.5, full]")
+        ckpt = tuple(dict.fromkeys(labels))
     prec = values("precision", PRECISIONS)
+    offload = values("offload", (False, True), [False])
+    allocator = values("allocator", tuple(ALLOCATORS), ["default"])
     mb = data.get("micro_batch")
     lo = hi = None
     if not isinstance(mb, dict) or set(mb) - {"min", "max"}:
@@ -87,13 +107,18 @@ def load_space(path: str, problems: List[str]) -> Optional[SearchSpace]:
                 problems.append(f"{file.name}: micro_batch.{bound}={v!r} must be an integer >= 1")
         if isinstance(lo, int) and isinstance(hi, int) and lo > hi:
             problems.append(f"{file.name}: micro_batch.min={lo} is above micro_batch.max={hi}; swap them")
-    if lo is None or not ckpt or not prec:
+    if lo is None or not ckpt or not prec or not offload or not allocator:
         return None
-    return SearchSpace(ckpt, prec, int(lo), int(hi))
+    return SearchSpace(ckpt, prec, int(lo), int(hi), offload, allocator)
 
 
-def skip_reason(strategy: Strategy, supported: tuple, unsupported: Dict[str, str]) -> Optional[str]:
+def skip_reason(strategy: Strategy, supported: tuple, unsupported: Dict[str, str],
+                device_kind: str = "cuda") -> Optional[str]:
     """Why the device cannot run ``strategy`` (so it is recorded as skipped), or None."""
     if strategy.precision not in supported:
         return unsupported.get(strategy.precision, f"{strategy.precision} is not supported on this device")
+    if device_kind != "cuda" and strategy.offload:
+        return "offload moves saved activations from the device to CPU memory; on a CPU run there is nothing to move"
+    if device_kind != "cuda" and strategy.allocator != "default":
+        return f"allocator={strategy.allocator} configures the CUDA caching allocator; a CPU run has none"
     return None

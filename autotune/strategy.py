@@ -7,23 +7,55 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 from dataclasses import asdict, dataclass
-from typing import Iterable
+from typing import Iterable, List, Sequence
 
 import torch
 import torch.utils.checkpoint
 
-CHECKPOINTING = ("none", "full")
+CHECKPOINT_ALIASES = {"none": 0.0, "full": 1.0}
 PRECISIONS = ("fp32", "bf16", "fp16")
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+ALLOCATORS = {"default": None, "expandable": "expandable_segments:True"}  # -> PYTORCH_CUDA_ALLOC_CONF
+
+
+def checkpoint_fraction(value) -> float:
+    """none -> 0, full -> 1, a number in [0, 1] -> itself; anything else is a ValueError."""
+    if isinstance(value, str) and value in CHECKPOINT_ALIASES:
+        return CHECKPOINT_ALIASES[value]
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        f = float("nan")
+    if isinstance(value, bool) or not 0.0 <= f <= 1.0:
+        raise ValueError(f"checkpointing={value!r}: use none, full or a fraction of the blocks in [0, 1], e.g. 0.5")
+    return f
+
+
+def checkpoint_label(value) -> str:
+    """The one spelling of a checkpointing value in tables and files: none, full or the fraction."""
+    f = checkpoint_fraction(value)
+    return "none" if f == 0 else "full" if f == 1 else f"{f:g}"
 
 
 @dataclass(frozen=True)
 class Strategy:
-    checkpointing: str  # none | full
+    checkpointing: str  # none | full | a fraction of the blocks, e.g. "0.5" (see checkpoint_label)
     precision: str  # fp32 | bf16 | fp16
     micro_batch: int  # samples per forward/backward
     accumulation: int  # micro-steps per optimizer step
+    offload: bool = False  # saved activations kept in pinned CPU memory (save_on_cpu)
+    allocator: str = "default"  # default | expandable (CUDA caching allocator segments)
+
+    def __post_init__(self):
+        object.__setattr__(self, "checkpointing", checkpoint_label(self.checkpointing))
+        if self.allocator not in ALLOCATORS:
+            raise ValueError(f"allocator={self.allocator!r}: use one of {', '.join(ALLOCATORS)}")
+
+    @property
+    def checkpoint_fraction(self) -> float:
+        return checkpoint_fraction(self.checkpointing)
 
     @property
     def global_batch(self) -> int:
@@ -33,7 +65,21 @@ class Strategy:
         return asdict(self)
 
     def label(self) -> str:
-        return f"ckpt={self.checkpointing} prec={self.precision} mb={self.micro_batch} acc={self.accumulation}"
+        extra = (" offload" if self.offload else "") + (f" alloc={self.allocator}" if self.allocator != "default" else "")
+        return (f"ckpt={self.checkpointing} prec={self.precision} mb={self.micro_batch} "
+                f"acc={self.accumulation}{extra}")
+
+
+def blocks_to_checkpoint(blocks: Sequence[torch.nn.Module], fraction: float) -> List[torch.nn.Module]:
+    """The blocks a fraction selects: the first round(fraction x n) from the input side (at
+    least one when the fraction is above 0). Every block of a transformer stack holds the
+    same activations, so which ones matters little for memory; a fixed rule keeps a trial
+    and ``load_tuned(...).apply`` identical."""
+    blocks = list(blocks)
+    if fraction <= 0 or not blocks:
+        return []
+    k = min(len(blocks), max(1, math.floor(fraction * len(blocks) + 0.5)))
+    return blocks[:k]
 
 
 def _checkpointed(forward):
@@ -48,25 +94,26 @@ def _checkpointed(forward):
     return run
 
 
-def apply_checkpointing(blocks: Iterable[torch.nn.Module], mode: str) -> int:
-    """Wrap each block's forward in activation checkpointing; returns how many are wrapped.
+def apply_checkpointing(blocks: Iterable[torch.nn.Module], mode) -> int:
+    """Wrap the selected blocks' forward in activation checkpointing; returns how many.
 
-    The block stays in its place (state_dict keys unchanged); only its ``forward`` is
-    replaced on the instance. Applying twice is a no-op.
+    ``mode``: none, full or a fraction (``blocks_to_checkpoint`` says which blocks). The
+    block stays in its place (state_dict keys unchanged); only its ``forward`` is replaced
+    on the instance. Applying twice is a no-op.
     """
-    if mode not in CHECKPOINTING:
-        raise ValueError(f"checkpointing={mode!r}: use one of {', '.join(CHECKPOINTING)}")
+    fraction = checkpoint_fraction(mode)
     blocks = list(blocks)
-    if mode == "none":
+    if fraction == 0:
         return 0
     if not blocks:
-        raise ValueError("checkpointing=full needs the model's blocks, but none were given or found; "
-                         "pass blocks=[...] (the repeated layers of the model)")
-    for block in blocks:
+        raise ValueError(f"checkpointing={checkpoint_label(mode)} needs the model's blocks, but none were given or "
+                         "found; pass blocks=[...] (the repeated layers of the model), or Workload(blocks=[...])")
+    chosen = blocks_to_checkpoint(blocks, fraction)
+    for block in chosen:
         if not getattr(block, "_autotune_checkpointed", False):
             block.forward = _checkpointed(block.forward)
             block._autotune_checkpointed = True
-    return len(blocks)
+    return len(chosen)
 
 
 def autocast_context(precision: str, device_type: str):
@@ -75,6 +122,28 @@ def autocast_context(precision: str, device_type: str):
     if precision == "fp32":
         return contextlib.nullcontext()
     return torch.autocast(device_type=device_type, dtype=AUTOCAST_DTYPES[precision])
+
+
+def offload_context(offload: bool, device_type: str):
+    """Keep the tensors autograd saves for backward in CPU memory (pinned on CUDA, so the
+    copies back overlap), which trades PCIe traffic for device memory."""
+    if not offload:
+        return contextlib.nullcontext()
+    return torch.autograd.graph.save_on_cpu(pin_memory=device_type == "cuda")
+
+
+@contextlib.contextmanager
+def forward_context(strategy: Strategy, device_type: str):
+    """What wraps each micro-step's forward: the precision and, if tuned, the offload."""
+    with offload_context(strategy.offload, device_type), autocast_context(strategy.precision, device_type):
+        yield
+
+
+def allocator_env(allocator: str) -> dict:
+    """Environment for a process whose CUDA allocator should use ``allocator``; it must be
+    set before CUDA starts in that process."""
+    conf = ALLOCATORS[allocator]
+    return {"PYTORCH_CUDA_ALLOC_CONF": conf} if conf else {}
 
 
 def make_scaler(precision: str, device_type: str) -> torch.amp.GradScaler:

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch  # noqa: E402
 
 from autotune.measure import memory_growth_gib, memory_probe, step_time_stats  # noqa: E402
-from autotune.strategy import Strategy, apply_checkpointing, autocast_context, make_scaler  # noqa: E402
+from autotune.strategy import Strategy, apply_checkpointing, forward_context, make_scaler  # noqa: E402
 
 
 def resolve_builder(target: str):
@@ -35,7 +35,7 @@ def optimizer_step(workload, batch, strategy: Strategy, optimizer, scaler, devic
     """One optimizer step of ``strategy.accumulation`` micro-steps; returns the mean loss."""
     total = torch.zeros((), device=batch_device(batch))
     for _ in range(strategy.accumulation):
-        with autocast_context(strategy.precision, device_type):
+        with forward_context(strategy, device_type):
             loss = workload.loss(workload.model, batch) / strategy.accumulation
         scaler.scale(loss).backward()
         total += loss.detach().float()
@@ -61,6 +61,7 @@ def run(spec: dict) -> dict:
 
     builder = resolve_builder(spec["model"]["target"])
     probe = memory_probe(device)  # after imports (and CUDA start-up), before the model
+    limits = probe.limit(spec["memory_cap_gib"]) if spec.get("memory_cap_gib") and device_type == "cuda" else {}
     # From the driver's launch (interpreter, imports, CUDA context) to here.
     timings["startup_s"] = time.time() - spec.get("launched_at", time.time())
 
@@ -73,6 +74,9 @@ def run(spec: dict) -> dict:
     except Exception as e:
         raise BuildError(f"{type(e).__name__}: {e}") from e
     workload.model.train()
+    if strategy.checkpoint_fraction > 0 and not workload.blocks:
+        return {"status": "skipped", "cause": f"checkpointing={strategy.checkpointing} was asked for, but the model "
+                "exposes no blocks: give Workload(blocks=[...]) the repeated layers to checkpoint"}
     n_ckpt = apply_checkpointing(workload.blocks, strategy.checkpointing)
     optimizer = torch.optim.AdamW(workload.model.parameters(), lr=spec.get("lr", 1e-4))
     scaler = make_scaler(strategy.precision, device_type)
@@ -115,7 +119,8 @@ def run(spec: dict) -> dict:
     timings["total_s"] = time.time() - spec.get("launched_at", time.time())
 
     result = {"status": status, "cause": cause, "device": device_type, "n_checkpointed": n_ckpt,
-              "losses": losses, "step_times_s": step_times, "timings": timings}
+              "n_blocks": len(workload.blocks), "losses": losses, "step_times_s": step_times, "timings": timings,
+              "allocator_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""), **limits}
     result.update(memory or probe.finish())
     result.update(step_time_stats(step_times, strategy.global_batch))
     result["memory_growth_gib"] = memory_growth_gib(in_use)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import signal
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from autotune.driver import ModelBuildError, run_study, trials_table
 from autotune.plan import ConfigError, Plan, make_plan
 from autotune.report import write_report
 from autotune.results import summary, write_outputs
-from autotune.scoring import choose_best, score
+from autotune.budgets import budget_label, budgets_table, per_budget
 from autotune.storage import StorageError, default_storage, open_study, redact, snapshot
 
 log = logging.getLogger("autotune")
@@ -27,12 +28,15 @@ def _overridden_keys(overrides) -> frozenset:
 def _describe(plan: Plan) -> None:
     d = plan.device
     grid = plan.space.grid(plan.global_batch)
-    n = len(grid["checkpointing"]) * len(grid["precision"]) * len(plan.micro_batches)
-    log.info(f"device: {d.name} ({d.kind}, {d.memory_gib:.1f} GiB); budget {plan.budget_gib:.1f} GiB"
-             + (" (the device's memory)" if plan.budget_is_device_memory else ""))
+    grid["micro_batch"] = plan.micro_batches
+    n = math.prod(len(v) for v in grid.values())
+    log.info(f"device: {d.name} ({d.kind}, {d.memory_gib:.1f} GiB); budget "
+             + ", ".join(f"{b:.1f}" for b in plan.budgets) + " GiB"
+             + (" (the device's memory)" if plan.budget_is_device_memory else "")
+             + (f"; trials capped to {plan.memory_cap_gib:g} GiB" if plan.memory_cap_gib else ""))
     log.info(f"model {plan.model_name}, seq_len {plan.seq_len}, global batch {plan.global_batch}; "
-             f"{n} configurations: checkpointing {grid['checkpointing']} x precision {grid['precision']} "
-             f"x micro_batch {plan.micro_batches}")
+             f"{n} configurations: " + " x ".join(f"{k} {v}" for k, v in grid.items() if len(v) > 1 or k in
+                                                  ("checkpointing", "precision", "micro_batch")))
     if plan.reductions:
         log.info("CPU run: reduced so it finishes in minutes (GPU runs use the full size; cpu_reduce=false "
                  "turns this off): " + ", ".join(plan.reductions))
@@ -51,7 +55,9 @@ def tune(cfg: DictConfig, run_dir: Path, overrides=()) -> int:
         log.error(str(e))
         return 2
     except OmegaConfBaseException as e:  # a missing mandatory value, for example
-        log.error(f"invalid configuration: {e}")
+        hint = ("; for model=custom pass model.target=package.module:build" if "target" in str(e)
+                else "; set it on the command line as key=value")
+        log.error(f"invalid configuration: {e}{hint}")
         return 2
     _describe(plan)
     storage = plan.storage or default_storage(Path.cwd())
@@ -74,16 +80,26 @@ def tune(cfg: DictConfig, run_dir: Path, overrides=()) -> int:
     if table.empty:
         log.error("no trial finished")
         return 130 if interrupted else 1
-    scored, baseline = score(table, plan.global_batch, plan.budget_gib, plan.roi)
-    best = choose_best(scored, plan.objective)
-    write_outputs(run_dir, plan, scored, best, baseline, command)
+    results = per_budget(table, plan.global_batch, plan.budgets, plan.roi, plan.objective)
+    primary = results[0]
+    scored, best, baseline = primary.scored, primary.best, primary.baseline
+    if len(results) > 1:  # which budgets each trial fits, side by side
+        for r in results:
+            scored[f"fits_{budget_label(r.budget_gib)}"] = r.scored["fits_budget"]
+    files = write_outputs(run_dir, plan, results, command)
     meta = {"model": plan.model_name, "device_name": plan.device.name, "global_batch": plan.global_batch,
-            "seq_len": plan.seq_len, "budget_gib": plan.budget_gib, "objective": plan.objective,
+            "seq_len": plan.seq_len, "budget_gib": plan.budget_gib, "budgets": plan.budgets,
+            "memory_cap_gib": plan.memory_cap_gib, "objective": plan.objective,
             "torch": torch.__version__ + (f", CUDA {torch.version.cuda}" if torch.version.cuda else ""),
             "command": command, "reductions": plan.reductions}
-    report = write_report(run_dir, scored, best, baseline, meta)
+    report = write_report(run_dir, scored, best, baseline, meta, budgets_table(results) if len(results) > 1 else None)
     log.info(summary(scored, best, plan.objective))
-    log.info(f"outputs: {run_dir}  (report: {report.name}, tuned config: best.yaml)")
+    if len(results) > 1:
+        log.info("best per budget:\n" + "\n".join(f"  {r.budget_gib:g} GiB: " + (
+            f"{r.scored.loc[r.best, 'checkpointing']}/{r.scored.loc[r.best, 'precision']}/mb{int(r.scored.loc[r.best, 'micro_batch'])}"
+            f" {r.scored.loc[r.best, 'samples_per_s']:.1f} samples/s in {r.scored.loc[r.best, 'peak_memory_gib']:.2f} GiB"
+            if r.best is not None else "none fits") for r in results))
+    log.info(f"outputs: {run_dir}  (report: {report.name}, tuned config: {', '.join(files) or 'none'})")
     if interrupted:
         log.info(f"interrupted: the outputs cover the trials that finished. Run the same command again to "
                  f"resume study '{plan.study_name}'")

@@ -1,17 +1,23 @@
 """Use a tuned configuration in training: ``load_tuned(path)`` reads a ``best.yaml``.
 
     tuned = load_tuned("outputs/.../best.yaml")
-    model = tuned.apply(model)                # activation checkpointing on its blocks
+    tuned.set_allocator()                     # before CUDA starts: the tuned allocator setting
+    model = tuned.apply(model)                # activation checkpointing on the tuned blocks
     scaler = tuned.scaler()                   # gradient scaling, enabled for fp16 only
     for step ...:
         for micro in range(tuned.accumulation):
-            with tuned.autocast():            # the tuned precision
+            with tuned.forward():             # the tuned precision, and offload if tuned
                 loss = ... / tuned.accumulation
             scaler.scale(loss).backward()
         scaler.step(optimizer); scaler.update(); optimizer.zero_grad()
+
+``tuned.limit_memory()`` caps the process at the budget it was tuned for, as the trials were.
 """
 from __future__ import annotations
 
+import functools
+import os
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
@@ -19,7 +25,8 @@ from typing import Optional, Sequence
 import torch
 import yaml
 
-from autotune.strategy import Strategy, apply_checkpointing, autocast_context, make_scaler
+from autotune.strategy import (Strategy, allocator_env, apply_checkpointing, autocast_context, forward_context,
+                               make_scaler, offload_context)
 from autotune.workload import find_blocks
 
 
@@ -29,6 +36,8 @@ class Tuned:
     device_type: str = "cuda"  # the device kind it was tuned on; autocast's default
     model: dict = field(default_factory=dict)  # name, target, config, seq_len of the tuned model
     measured: dict = field(default_factory=dict)  # the trial's figures
+    budget_gib: Optional[float] = None  # the budget it was tuned for
+    memory_cap_gib: Optional[float] = None  # the cap the trials ran under (None: uncapped)
 
     @property
     def checkpointing(self) -> str:
@@ -37,6 +46,14 @@ class Tuned:
     @property
     def precision(self) -> str:
         return self.strategy.precision
+
+    @property
+    def offload(self) -> bool:
+        return self.strategy.offload
+
+    @property
+    def allocator(self) -> str:
+        return self.strategy.allocator
 
     @property
     def micro_batch(self) -> int:
@@ -51,15 +68,70 @@ class Tuned:
         return self.strategy.global_batch
 
     def apply(self, model: torch.nn.Module, blocks: Optional[Sequence[torch.nn.Module]] = None) -> torch.nn.Module:
-        """Set up the tuned checkpointing on ``blocks`` (default: the model's repeated layers)."""
+        """Set up what the model itself carries of the tuned strategy:
+
+        * checkpointing on ``blocks`` (default: the model's repeated layers), the same blocks
+          the trial checkpointed (``strategy.blocks_to_checkpoint``);
+        * activation offload, if tuned: the model's forward runs under ``save_on_cpu``, so
+          it holds with a plain ``tuned.autocast()`` too;
+        * the allocator setting, if tuned (``set_allocator``; it warns when CUDA has already
+          started, since the setting then cannot take effect).
+
+        Precision stays a context around each forward (``tuned.autocast()`` or
+        ``tuned.forward()``), with ``tuned.scaler()`` for fp16."""
         apply_checkpointing(find_blocks(model) if blocks is None else blocks, self.checkpointing)
+        if self.offload and not getattr(model, "_autotune_offloaded", False):
+            model.forward = _offloaded(model.forward, self.device_type)
+            model._autotune_offloaded = True
+        self.set_allocator()
         return model
 
     def autocast(self, device_type: Optional[str] = None):
         return autocast_context(self.precision, device_type or self.device_type)
 
+    def forward(self, device_type: Optional[str] = None):
+        """The context for each micro-step's forward: autocast, plus activation offload if tuned."""
+        return forward_context(self.strategy, device_type or self.device_type)
+
+    def set_allocator(self) -> None:
+        """Set PYTORCH_CUDA_ALLOC_CONF for the tuned allocator; call it before CUDA starts."""
+        env = allocator_env(self.allocator)
+        if not env or os.environ.get("PYTORCH_CUDA_ALLOC_CONF") == env["PYTORCH_CUDA_ALLOC_CONF"]:
+            return  # nothing to set, or set already (before CUDA started, or by the user)
+        if torch.cuda.is_initialized():
+            warnings.warn(f"allocator={self.allocator} was tuned, but CUDA has already started in this process, so "
+                          "the setting cannot take effect; call tuned.set_allocator() before any CUDA work, or set "
+                          f"PYTORCH_CUDA_ALLOC_CONF={env['PYTORCH_CUDA_ALLOC_CONF']} in the environment")
+            return
+        os.environ.update(env)
+
+    def limit_memory(self, device: int = 0) -> Optional[float]:
+        """Cap this process's CUDA allocator at the budget this config was tuned for, less
+        the CUDA context, as on a card of that size; returns the fraction set, or None when
+        the tuning ran uncapped (no budget given: the whole device).
+
+        With several budgets the trials ran under the largest cap and each budget's winner
+        was judged by its measured device-level peak; this caps at the budget itself, so a
+        training run checks that judgement on the simulated smaller card."""
+        cap = self.budget_gib if self.memory_cap_gib else None
+        if not cap or not torch.cuda.is_available():
+            return None
+        context = self.measured.get("cuda_context_gib") or 0.0
+        fraction = max(0.0, min(1.0, (cap - context) * 1024**3 / torch.cuda.get_device_properties(device).total_memory))
+        torch.cuda.set_per_process_memory_fraction(fraction, device)
+        return fraction
+
     def scaler(self, device_type: Optional[str] = None) -> torch.amp.GradScaler:
         return make_scaler(self.precision, device_type or self.device_type)
+
+
+def _offloaded(forward, device_type: str):
+    @functools.wraps(forward)
+    def run(*args, **kwargs):
+        with offload_context(True, device_type):
+            return forward(*args, **kwargs)
+
+    return run
 
 
 def load_tuned(path) -> Tuned:
@@ -70,8 +142,10 @@ def load_tuned(path) -> Tuned:
         data = yaml.safe_load(path.read_text())
         s = data["strategy"]
         strategy = Strategy(checkpointing=s["checkpointing"], precision=s["precision"],
-                            micro_batch=int(s["micro_batch"]), accumulation=int(s["accumulation"]))
+                            micro_batch=int(s["micro_batch"]), accumulation=int(s["accumulation"]),
+                            offload=bool(s.get("offload", False)), allocator=s.get("allocator", "default"))
     except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError) as e:
         raise ValueError(f"{path}: not a readable autotune best.yaml ({type(e).__name__}: {e})") from None
     return Tuned(strategy=strategy, device_type=data.get("device", {}).get("kind", "cuda"),
-                 model=data.get("model", {}), measured=data.get("measured", {}))
+                 model=data.get("model", {}), measured=data.get("measured", {}), budget_gib=data.get("budget_gib"),
+                 memory_cap_gib=data.get("memory_cap_gib"))

@@ -4,7 +4,8 @@
     python examples/train.py outputs/.../best.yaml --steps 50
 
 It builds the model that best.yaml names (transformers, random weights), applies the
-tuned checkpointing, precision, micro-batch and accumulation, trains on synthetic batches
+tuned checkpointing, precision, offload, allocator, micro-batch and accumulation (and the
+memory cap of a budget run), trains on synthetic batches
 and prints peak memory and samples/s measured the way the trial measured them, so the two
 can be compared.
 """
@@ -50,7 +51,7 @@ def train(tuned, model: torch.nn.Module, device: torch.device, steps: int, warmu
         start = time.perf_counter()
         total = torch.zeros((), device=device)
         for _ in range(tuned.accumulation):  # micro_batch x accumulation = the global batch
-            with tuned.autocast(device.type):
+            with tuned.forward(device.type):  # autocast, and activation offload if tuned
                 loss = model(**batch).loss / tuned.accumulation
             scaler.scale(loss).backward()
             total += loss.detach().float()
@@ -78,7 +79,10 @@ def main() -> None:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args()
     tuned = load_tuned(args.best_yaml)
+    tuned.set_allocator()  # before CUDA starts
     device = torch.device(args.device)
+    if device.type == "cuda" and tuned.limit_memory(device.index or 0) is not None:
+        print(f"memory capped to the tuned budget: {tuned.budget_gib:g} GiB less the CUDA context")
     print(f"tuned: {tuned.strategy.label()} (trial measured {tuned.measured.get('samples_per_s')} samples/s, "
           f"{tuned.measured.get('peak_memory_gib')} GiB)")
     result = train(tuned, build_model(tuned, device), device, args.steps)

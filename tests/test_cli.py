@@ -5,6 +5,7 @@ import pandas as pd
 import yaml
 
 from autotune import load_tuned
+from autotune.device import resolve_device
 from tests.conftest import run_cli
 
 FAST = ["model=tiny", "device=cpu", "global_batch=8", "seq_len=16", "trial.warmup_steps=1", "trial.measure_steps=3"]
@@ -22,21 +23,24 @@ def test_tune_writes_every_output(tmp_path):
     for col in ["status", "checkpointing", "precision", "micro_batch", "accumulation", "peak_memory_gib",
                 "samples_per_s", "roi", "cause"]:
         assert col in trials.columns
-    # 2 checkpointing x 3 precisions x micro-batches {4, 8}: every configuration once.
-    assert len(trials) == 12
-    assert len(trials.drop_duplicates(["checkpointing", "precision", "micro_batch"])) == 12
+    # 3 checkpointing (none, half the blocks, full) x 3 precisions x micro-batches {4, 8}:
+    # every configuration once.
+    assert len(trials) == 18
+    assert len(trials.drop_duplicates(["checkpointing", "precision", "micro_batch"])) == 18
     assert (trials["micro_batch"] * trials["accumulation"] == 8).all()
+    # Precisions this CPU has no native support for are skipped with the reason, never run.
+    native = set(resolve_device("cpu").precisions)
     ran = trials[trials["status"] == "ok"]
-    assert set(ran["precision"]) == {"fp32"} and len(ran) == 4  # this CPU has no native bf16/fp16
+    assert set(ran["precision"]) == native and len(ran) == 6 * len(native)
     skipped = trials[trials["status"] == "skipped"]
-    assert skipped["cause"].str.contains("no native").all()
+    assert len(skipped) == 6 * (3 - len(native)) and skipped["cause"].astype(str).str.contains("no native").all()
 
     # One progress line per trial, then the top two (and any other within the timing
     # spread of the top) re-measured once each in fresh processes (trial.repeats=1), then
     # the summary with the Pareto front.
-    assert len(re.findall(r"^\[\s*\d+/12\]", out.stdout, flags=re.M)) == 12
+    assert len(re.findall(r"^\[\s*\d+/18\]", out.stdout, flags=re.M)) == 18
     repeats = re.findall(r"^\[\s*\d+/(\d+)\].*\[repeat 1 of trial (\d+)\]$", out.stdout, flags=re.M)
-    assert 2 <= len(repeats) <= 4 and {int(total) for total, _ in repeats} == {12 + len(repeats)}
+    assert 2 <= len(repeats) <= 4 and {int(total) for total, _ in repeats} == {18 + len(repeats)}
     folded = trials[trials["samples_per_s_runs"].notna()]
     assert sorted(folded["number"]) == sorted(int(n) for _, n in repeats)
     assert (folded["samples_per_s_runs"].str.count(";") == 1).all()  # two processes each

@@ -15,11 +15,12 @@ TINY = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "in
         "max_position_embeddings": 64, "vocab_size": 128}
 
 
-def best_yaml(tmp_path, checkpointing="full", precision="bf16", micro_batch=2, accumulation=2, kind="cpu"):
+def best_yaml(tmp_path, checkpointing="full", precision="bf16", micro_batch=2, accumulation=2, kind="cpu",
+              **strategy):
     path = tmp_path / "best.yaml"
     path.write_text(yaml.safe_dump({
         "strategy": {"checkpointing": checkpointing, "precision": precision, "micro_batch": micro_batch,
-                     "accumulation": accumulation},
+                     "accumulation": accumulation, **strategy},
         "device": {"kind": kind}, "model": {"name": "tiny", "config": TINY, "seq_len": 16},
         "measured": {"samples_per_s": 1.0, "peak_memory_gib": 0.1}}))
     return path

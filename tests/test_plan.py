@@ -32,14 +32,14 @@ def test_every_problem_is_reported_at_once_with_key_value_and_fix():
     text = str(e.value)
     assert "global_batch=0: must be a positive integer; e.g. global_batch=64" in text
     assert "objective=speed: unknown objective; use one of roi, throughput" in text
-    assert "budget_gib=-1.0: must be > 0" in text
+    assert "budget_gib=-1: must be > 0" in text
     assert "trial.measure_steps=0" in text
     assert "roi.workload_samples=0" in text
     assert len(e.value.problems) == 5
 
 
 def test_budget_above_the_device_memory_is_rejected():
-    with pytest.raises(ConfigError, match=r"budget_gib=100000.0: above this device's memory .* use a value <="):
+    with pytest.raises(ConfigError, match=r"budget_gib=100000: above this device's memory .* use a value <="):
         plan_for("device=cpu", "budget_gib=100000")
 
 
@@ -78,3 +78,16 @@ def test_cuda_requested_without_cuda(monkeypatch):
 def test_hydra_rejects_unknown_keys_wrong_types_and_unknown_models(override, message):
     with pytest.raises(ConfigCompositionException, match=message):
         compose(override)
+
+
+def test_several_budgets_are_checked_each_and_the_trials_capped_to_the_largest():
+    plan = plan_for("device=cpu", "budget_gib=[2,1,4]")
+    assert plan.budgets == [2.0, 1.0, 4.0] and plan.budget_gib == 2.0  # the first is best.yaml's
+    assert plan.memory_cap_gib is None  # a CPU run has no allocator to cap
+    assert "2-1-4GiB" in plan.study_name
+    with pytest.raises(ConfigError) as e:
+        plan_for("device=cpu", "budget_gib=[1,-2,1,100000]")
+    text = str(e.value)
+    assert "budget_gib=[1, -2, 1, 100000] (-2): must be > 0" in text
+    assert "budget_gib=[1, -2, 1, 100000] (100000): above this device's memory" in text
+    assert "a budget is listed twice; list each once" in text

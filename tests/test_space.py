@@ -22,7 +22,8 @@ def test_default_space_enumerates_divisors_within_inclusive_bounds():
     assert space.micro_batches(64) == [4, 8, 16, 32, 64]  # min 4 and max 64 both included
     assert space.micro_batches(16) == [4, 8, 16]
     grid = space.grid(16)
-    assert grid == {"checkpointing": ["none", "full"], "precision": ["fp32", "bf16", "fp16"], "micro_batch": [4, 8, 16]}
+    assert grid == {"checkpointing": ["none", "0.5", "full"], "precision": ["fp32", "bf16", "fp16"],
+                    "micro_batch": [4, 8, 16], "offload": [False], "allocator": ["default"]}
     for mb in grid["micro_batch"]:
         assert 16 % mb == 0
 
@@ -34,12 +35,16 @@ def test_bounds_are_inclusive_at_both_edges():
 
 
 def test_every_problem_in_a_space_file_is_reported_at_once(tmp_path):
-    path = write(tmp_path, "checkpointing: [none, half]\nprecision: [fp8]\nmicro_batch: {min: 0, max: -1}\noffload: [on]\n")
+    path = write(tmp_path, "checkpointing: [none, half, 1.5]\nprecision: [fp8]\nmicro_batch: {min: 0, max: -1}\n"
+                           "offload: [maybe]\nallocator: [huge]\npin_memory: [true]\n")
     problems = []
     assert load_space(path, problems) is None
     text = "\n".join(problems)
-    assert "unknown dimension 'offload'" in text
-    assert "checkpointing has unknown value(s) ['half']" in text
+    assert "unknown dimension 'pin_memory'" in text
+    assert "checkpointing value 'half' is neither none, full nor a fraction" in text
+    assert "checkpointing value 1.5 is neither none, full nor a fraction" in text
+    assert "offload has unknown value(s) ['maybe']" in text
+    assert "allocator has unknown value(s) ['huge']; use values from ['default', 'expandable']" in text
     assert "precision has unknown value(s) ['fp8']" in text
     assert "micro_batch.min=0 must be an integer >= 1" in text
 
@@ -57,3 +62,18 @@ def test_skip_reason_names_unsupported_precision():
     s = Strategy("none", "bf16", 4, 4)
     assert skip_reason(s, ("fp32",), {"bf16": "no bf16 here"}) == "no bf16 here"
     assert skip_reason(s, ("fp32", "bf16"), {}) is None
+
+
+def test_fractions_and_aliases_give_one_spelling_each(tmp_path):
+    problems = []
+    space = load_space(write(tmp_path, "checkpointing: [0, none, 0.25, 0.5, 1, full]\nprecision: [bf16]\n"
+                                       "micro_batch: {min: 1, max: 2}\noffload: [false, true]\n"), problems)
+    assert problems == []
+    assert space.checkpointing == ("none", "0.25", "0.5", "full")
+    assert space.offload == (False, True) and space.allocator == ("default",)
+
+
+def test_cpu_runs_skip_offload_and_allocator_settings():
+    assert "nothing to move" in skip_reason(Strategy("none", "fp32", 4, 1, offload=True), ("fp32",), {}, "cpu")
+    assert "caching allocator" in skip_reason(Strategy("none", "fp32", 4, 1, allocator="expandable"), ("fp32",), {}, "cpu")
+    assert skip_reason(Strategy("0.5", "fp32", 4, 1, offload=True, allocator="expandable"), ("fp32",), {}, "cuda") is None
