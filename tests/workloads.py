@@ -70,3 +70,20 @@ def mlp(device: str, seq_len: int, width: int = 64, depth: int = 4, fault: str =
         return torch.randn(n, seq_len, width, device=dev)
 
     return Workload(model=model, make_batch=make_batch, loss=loss, blocks=list(model.layers))
+
+
+def sequential(device: str, seq_len: int, width: int = 32, depth: int = 4):
+    """A plain nn.Sequential whose blocks are given by hand (every Linear+ReLU pair)."""
+    with torch.device(device):
+        pairs = [torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.ReLU()) for _ in range(depth)]
+        model = torch.nn.Sequential(*pairs, torch.nn.Linear(width, 1))
+    return Workload(model=model, make_batch=lambda n, dev: torch.randn(n, seq_len, width, device=dev),
+                    loss=lambda m, x: m(x).pow(2).mean(), blocks=pairs)
+
+
+def no_blocks(device: str, seq_len: int, width: int = 32):
+    """A model that names no blocks: checkpointing it must be refused clearly."""
+    with torch.device(device):
+        model = torch.nn.Linear(width, 1)
+    return Workload(model=model, make_batch=lambda n, dev: torch.randn(n, seq_len, width, device=dev),
+                    loss=lambda m, x: m(x).mean())
