@@ -3,6 +3,7 @@
 import pandas as pd
 import pytest
 import torch
+import yaml
 
 from autotune.runner import run_trial
 from tests.conftest import run_cli, trial_env
@@ -11,11 +12,12 @@ from tests.test_example import best_yaml, load_example
 pytestmark = pytest.mark.gpu
 
 
-def cuda_spec(ckpt, prec, mb, acc=1, config=None, seq_len=256):
+def cuda_spec(ckpt, prec, mb, acc=1, config=None, seq_len=256, offload=False, memory_cap_gib=None):
     return {"model": {"name": "t", "target": "tests.workloads:mlp", "config": config or {"width": 1024, "depth": 8}},
             "seq_len": seq_len, "device": "cuda:0",
-            "strategy": {"checkpointing": ckpt, "precision": prec, "micro_batch": mb, "accumulation": acc},
-            "warmup_steps": 2, "measure_steps": 5, "lr": 1e-4, "seed": 0}
+            "strategy": {"checkpointing": ckpt, "precision": prec, "micro_batch": mb, "accumulation": acc,
+                         "offload": offload},
+            "warmup_steps": 2, "measure_steps": 5, "lr": 1e-4, "seed": 0, "memory_cap_gib": memory_cap_gib}
 
 
 def test_cuda_trial_measures_allocator_and_nvml(tmp_path):
@@ -30,11 +32,31 @@ def test_cuda_trial_measures_allocator_and_nvml(tmp_path):
     assert r["nvml_used_gib"] >= r["peak_reserved_gib"] * 0.99
 
 
-def test_cuda_checkpointing_lowers_peak_allocated(tmp_path):
+def test_cuda_checkpointing_and_offload_lower_peak_allocated(tmp_path):
     plain = run_trial(cuda_spec("none", "fp32", 64), tmp_path / "a", 300, env=trial_env())
+    half = run_trial(cuda_spec("0.5", "fp32", 64), tmp_path / "h", 300, env=trial_env())
     ckpt = run_trial(cuda_spec("full", "fp32", 64), tmp_path / "b", 300, env=trial_env())
-    assert plain["status"] == ckpt["status"] == "ok"
+    offload = run_trial(cuda_spec("none", "fp32", 64, offload=True), tmp_path / "o", 300, env=trial_env())
+    assert [r["status"] for r in (plain, half, ckpt, offload)] == ["ok"] * 4, (plain, half, ckpt, offload)
+    assert (plain["n_checkpointed"], half["n_checkpointed"], ckpt["n_checkpointed"]) == (0, 4, 8)
+    assert ckpt["peak_allocated_gib"] < half["peak_allocated_gib"] < plain["peak_allocated_gib"]
     assert ckpt["peak_allocated_gib"] < 0.7 * plain["peak_allocated_gib"]
+    # save_on_cpu keeps the saved activations in pinned host memory instead.
+    assert offload["peak_allocated_gib"] < 0.7 * plain["peak_allocated_gib"]
+
+
+def test_a_budget_caps_the_trial_like_a_smaller_card(tmp_path):
+    free = run_trial(cuda_spec("none", "bf16", 64), tmp_path / "free", 300, env=trial_env())
+    assert free["status"] == "ok", free
+    need = free["device_peak_gib"]
+    # Under a cap of half what it needs it runs out of memory; under 1.5x it fits.
+    small = run_trial(cuda_spec("none", "bf16", 64, memory_cap_gib=need / 2), tmp_path / "small", 300, env=trial_env())
+    assert small["status"] == "oom", small
+    roomy = run_trial(cuda_spec("none", "bf16", 64, memory_cap_gib=need * 1.5), tmp_path / "roomy", 300,
+                      env=trial_env())
+    assert roomy["status"] == "ok", roomy
+    assert roomy["device_peak_gib"] <= need * 1.5
+    assert roomy["memory_cap_gib"] == pytest.approx(need * 1.5 - roomy["cuda_context_gib"], rel=1e-3)
 
 
 def test_fp16_trial_uses_the_scaler_and_stays_finite(tmp_path):
@@ -54,15 +76,37 @@ def test_real_cuda_oom_is_recorded_as_oom(tmp_path):
     assert "out of memory" in r["cause"].lower()
 
 
-def test_cli_on_cuda_end_to_end(tmp_path):
+def test_cli_on_cuda_end_to_end_with_offload_and_allocator(tmp_path):
+    space = tmp_path / "space.yaml"
+    space.write_text("checkpointing: [0.5]\nprecision: [fp32, bf16, fp16]\nmicro_batch: {min: 8, max: 8}\n"
+                     "offload: [false, true]\nallocator: [expandable]\n")
     run_dir = tmp_path / "run"
-    out = run_cli(run_dir, "model=tiny", "device=cuda", "global_batch=8", "seq_len=32",
-                  "trial.warmup_steps=1", "trial.measure_steps=3")
+    out = run_cli(run_dir, "model=tiny", "device=cuda", "global_batch=8", "seq_len=32", "trial.warmup_steps=1",
+                  "trial.measure_steps=3", "trial.repeats=0", f"search_space.path={space}", "budget_gib=8")
     assert out.returncode == 0, out.stdout + out.stderr
     trials = pd.read_csv(run_dir / "trials.csv")
-    assert set(trials[trials["status"] == "ok"]["precision"]) == {"fp32", "bf16", "fp16"}
-    assert trials["nvml_used_gib"].notna().any()
-    assert (run_dir / "report.html").is_file() and (run_dir / "best.yaml").is_file()
+    assert (trials["status"] == "ok").all(), trials[["status", "cause"]]
+    assert set(trials["precision"]) == {"fp32", "bf16", "fp16"} and set(trials["offload"]) == {True, False}
+    assert (trials["allocator_conf"] == "expandable_segments:True").all()  # set before CUDA started
+    assert (trials["n_checkpointed"] == 1).all()  # half of the tiny model's 2 layers
+    assert trials["nvml_used_gib"].notna().all() and (trials["memory_cap_gib"] < 8).all()
+    best = yaml.safe_load((run_dir / "best.yaml").read_text())
+    assert best["strategy"]["allocator"] == "expandable" and best["memory_cap_gib"] == 8
+    html = (run_dir / "report.html").read_text()
+    assert "offload" in html and "expandable" in html and "budget 8.0 GiB" in html
+
+
+@pytest.mark.parametrize("model", ["bert", "gpt2", "llama", "vit"])
+def test_each_built_in_model_tunes_on_cuda_at_full_size(tmp_path, model):
+    space = tmp_path / "space.yaml"
+    space.write_text("checkpointing: [0.5]\nprecision: [bf16]\nmicro_batch: {min: 8, max: 8}\n")
+    run_dir = tmp_path / "run"
+    out = run_cli(run_dir, f"model={model}", "device=cuda", "global_batch=8", "seq_len=128", "trial.warmup_steps=1",
+                  "trial.measure_steps=2", "trial.repeats=0", f"search_space.path={space}")
+    assert out.returncode == 0, out.stdout + out.stderr
+    row = pd.read_csv(run_dir / "trials.csv").iloc[0]
+    assert row["status"] == "ok" and row["n_checkpointed"] == 6 and row["n_blocks"] == 12  # all four: 12 layers
+    assert row["peak_memory_gib"] > 0.5 and row["samples_per_s"] > 0
 
 
 def test_example_on_cuda_with_fp16(tmp_path):
