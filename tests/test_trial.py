@@ -71,6 +71,14 @@ def test_a_failing_builder_is_an_error_of_the_build_phase(tmp_path):
     assert r["cause"] == "the model builder failed: RuntimeError: planted failure in the builder"
 
 
+def test_out_of_memory_in_backward_is_oom(tmp_path):
+    # Forward OOM is tested with a planted allocation failure (test_reliability) and a real
+    # one on CUDA (test_gpu); here the error comes out of autograd's backward engine.
+    r = run(tmp_path, spec(config={"fault": "oom_in_backward"}))
+    assert r["status"] == "oom", r
+    assert r["cause"] == "planted: out of memory in backward"
+
+
 def test_non_finite_loss_is_nan_never_ok(tmp_path):
     r = run(tmp_path, spec(config={"fault": "nan", "nan_at": 4}))  # warm-up is 2 micro-steps
     assert r["status"] == "nan"

@@ -12,6 +12,18 @@ import torch
 from autotune.workload import Workload
 
 
+class _OutOfMemoryInBackward(torch.autograd.Function):
+    """Identity forward; its backward fails as the allocator would when gradients don't fit."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise torch.OutOfMemoryError("planted: out of memory in backward")
+
+
 class Blocks(torch.nn.Module):
     def __init__(self, width: int, depth: int):
         super().__init__()
@@ -30,7 +42,8 @@ def mlp(device: str, seq_len: int, width: int = 64, depth: int = 4, fault: str =
     """An MLP over (n, seq_len, width) inputs; ``fault`` picks how it misbehaves:
     crash (exit without a result), sigkill (killed by a signal), hang, hang_with_child
     (a child process that would outlive a careless kill), raise (in the builder),
-    raise_in_step (at the first micro-step), nan (from micro-step nan_at on), cuda_assert
+    raise_in_step (at the first micro-step), nan (from micro-step nan_at on), oom_in_backward
+    (torch.OutOfMemoryError raised by autograd's backward pass), cuda_assert
     (a device-side assert: a sticky CUDA error). Any fault: a micro-batch above oom_above
     raises a real torch.OutOfMemoryError, as an allocator would. Each micro-step sleeps
     step_sleep plus a random 0..step_jitter seconds (noisy timing, different per process).
@@ -60,6 +73,8 @@ def mlp(device: str, seq_len: int, width: int = 64, depth: int = 4, fault: str =
         if fault == "cuda_assert":
             torch.zeros(2, device=x.device)[torch.tensor([5], device=x.device)].item()
         out = m(x)
+        if fault == "oom_in_backward":
+            out = _OutOfMemoryInBackward.apply(out)
         if fault == "nan" and calls["n"] > nan_at:
             out = out * float("nan")
         return out
