@@ -28,7 +28,7 @@ class BudgetResult:
 
 
 def budget_label(budget_gib: float) -> str:
-    return f"{budget_gib:.1f}".removesuffix(".0") + "GiB"
+    return f"{budget_gib:g}GiB"
 
 
 def why_best(scored: pd.DataFrame, best: Optional[int], objective: str, budget_gib: float) -> str:
@@ -71,3 +71,17 @@ def budgets_table(results: List[BudgetResult]) -> pd.DataFrame:
         row["why"] = r.why
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def budgets_summary(results: List[BudgetResult]) -> str:
+    """The terminal's lines: each budget's winner in one line."""
+    lines = ["best per budget:"]
+    for r in results:
+        if r.best is None:
+            lines.append(f"  {r.budget_gib:g} GiB: none fits")
+            continue
+        b = r.scored.loc[r.best]
+        offload = " offload" if b.get("offload") is True else ""
+        lines.append(f"  {r.budget_gib:g} GiB: {b['checkpointing']}/{b['precision']}/mb{int(b['micro_batch'])}{offload} "
+                     f"{b['samples_per_s']:.1f} samples/s in {b['peak_memory_gib']:.2f} GiB")
+    return "\n".join(lines)

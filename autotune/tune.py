@@ -15,7 +15,7 @@ from autotune.driver import ModelBuildError, run_study, trials_table
 from autotune.plan import ConfigError, Plan, make_plan
 from autotune.report import write_report
 from autotune.results import summary, write_outputs
-from autotune.budgets import budget_label, budgets_table, per_budget
+from autotune.budgets import budget_label, budgets_summary, budgets_table, per_budget
 from autotune.storage import StorageError, default_storage, open_study, redact, snapshot
 
 log = logging.getLogger("autotune")
@@ -95,10 +95,7 @@ def tune(cfg: DictConfig, run_dir: Path, overrides=()) -> int:
     report = write_report(run_dir, scored, best, baseline, meta, budgets_table(results) if len(results) > 1 else None)
     log.info(summary(scored, best, plan.objective))
     if len(results) > 1:
-        log.info("best per budget:\n" + "\n".join(f"  {r.budget_gib:g} GiB: " + (
-            f"{r.scored.loc[r.best, 'checkpointing']}/{r.scored.loc[r.best, 'precision']}/mb{int(r.scored.loc[r.best, 'micro_batch'])}"
-            f" {r.scored.loc[r.best, 'samples_per_s']:.1f} samples/s in {r.scored.loc[r.best, 'peak_memory_gib']:.2f} GiB"
-            if r.best is not None else "none fits") for r in results))
+        log.info(budgets_summary(results))
     log.info(f"outputs: {run_dir}  (report: {report.name}, tuned config: {', '.join(files) or 'none'})")
     if interrupted:
         log.info(f"interrupted: the outputs cover the trials that finished. Run the same command again to "

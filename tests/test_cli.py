@@ -79,3 +79,20 @@ def test_unknown_key_and_unknown_model_fail_at_compose(tmp_path):
     assert out.returncode != 0 and "budget" in out.stderr
     out = run_cli(tmp_path / "b", "model=gpt5")
     assert out.returncode != 0 and "gpt5" in out.stderr and "bert" in out.stderr
+
+
+def test_several_budgets_get_a_best_config_each_from_the_same_trials(tmp_path):
+    space = tmp_path / "space.yaml"
+    space.write_text("checkpointing: [none, full]\nprecision: [fp32]\nmicro_batch: {min: 8, max: 8}\n")
+    run_dir = tmp_path / "run"
+    out = run_cli(run_dir, "model=tiny", "device=cpu", "global_batch=8", "seq_len=16", "trial.warmup_steps=1",
+                  "trial.measure_steps=2", "trial.repeats=0", f"search_space.path={space}", "budget_gib=[1,0.0001]")
+    assert out.returncode == 0, out.stdout + out.stderr
+    trials = pd.read_csv(run_dir / "trials.csv")
+    assert len(trials) == 2  # measured once, judged against both budgets
+    assert trials["fits_1GiB"].all() and not trials["fits_0.0001GiB"].any()
+    assert "best per budget:\n  1 GiB: " in out.stdout and "  0.0001 GiB: none fits" in out.stdout
+    assert (run_dir / "best.yaml").is_file() and (run_dir / "best-1GiB.yaml").is_file()
+    assert not (run_dir / "best-0.0001GiB.yaml").exists()
+    assert yaml.safe_load((run_dir / "best-1GiB.yaml").read_text())["budget_gib"] == 1
+    assert "Best per budget" in (run_dir / "report.html").read_text()
