@@ -4,7 +4,11 @@ Each trial runs in a process of its own (``runner.run_trial``), so a trial that 
 or runs out of memory cannot take the driver with it. The queue lives in the study storage
 (``claims``), so several drivers can share one study. Every trial ends in one recorded
 status, stored as the Optuna trial's user attribute ``status`` (with ``cause``):
-ok -> COMPLETE (value = samples/s), skipped -> PRUNED, every failure -> FAIL.
+ok -> COMPLETE (value = samples/s), skipped and pruned -> PRUNED, every failure -> FAIL.
+
+Feasibility is monotone in micro-batch: for one strategy, a larger micro-batch holds more
+activations. So a configuration whose strategy already ran out of memory at a smaller
+micro-batch is recorded ``pruned``, with that trial as its cause, and never run.
 """
 from __future__ import annotations
 
@@ -137,8 +141,14 @@ def _measure(study, trial: optuna.Trial, plan: Plan, run_dir: Path, choices: dic
     strategy = strategy_of(params, plan.global_batch)
     trial.set_user_attr("accumulation", strategy.accumulation)
     reason = skip_reason(strategy, plan.device.precisions, plan.device.unsupported, plan.device.kind)
+    smaller = None if reason else oom_at_smaller_micro_batch(study, params)
     if reason:
         result = {"status": "skipped", "cause": reason}
+    elif smaller is not None:
+        result = {"status": "pruned", "pruned_by": smaller.number,
+                  "cause": f"micro_batch={params['micro_batch']} needs more memory than micro_batch="
+                           f"{smaller.params['micro_batch']} of the same strategy, which ran out of memory in "
+                           f"trial {smaller.number}"}
     else:
         trial_dir = run_dir / "trials" / f"{trial.number:03d}"
         try:
@@ -159,12 +169,22 @@ def _measure(study, trial: optuna.Trial, plan: Plan, run_dir: Path, choices: dic
     if result["status"] == "ok":
         study.tell(trial, float(result["samples_per_s"]))
     else:
-        study.tell(trial, state=optuna.trial.TrialState.PRUNED if result["status"] == "skipped"
+        study.tell(trial, state=optuna.trial.TrialState.PRUNED if result["status"] in ("skipped", "pruned")
                    else optuna.trial.TrialState.FAIL)
     if result.get("phase") == "build":
         raise ModelBuildError(f"{result['cause']} (trial {trial.number}, log: {run_dir / 'trials' / f'{trial.number:03d}' / 'log.txt'}). "
                               "Every configuration builds the same model, so the study stopped here; fix the "
                               "model and run the same command again to resume")
+
+
+def oom_at_smaller_micro_batch(study: optuna.Study, params: dict):
+    """A finished trial of the same strategy at a smaller micro-batch that ran out of memory."""
+    same = {k: v for k, v in params.items() if k != "micro_batch"}
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.FAIL,)):
+        if (t.user_attrs.get("status") == "oom" and t.params.get("micro_batch", params["micro_batch"]) < params["micro_batch"]
+                and all(t.params.get(k) == v for k, v in same.items())):
+            return t
+    return None
 
 
 def grid_configs(plan: Plan) -> list:

@@ -73,7 +73,7 @@ def pareto_figure(scored: pd.DataFrame, best: Optional[int], budgets: List[float
             ax.axvline(budget, color="red", ls=["--", ":", "-."][i % 3], lw=1, label=f"budget {budget:.1f} GiB")
         else:
             ax.plot([], [], " ", label=f"budget {budget:.1f} GiB (beyond the right edge)")
-    failed = scored[~scored["status"].isin(["ok", "skipped"])]
+    failed = scored[~scored["status"].isin(["ok", "skipped", "pruned"])]
     if len(failed):
         ax.scatter(np.full(len(failed), min(max(budgets), xmax)), np.zeros(len(failed)), marker="x", color="red",
                    s=40, label=f"failed ({len(failed)}: {', '.join(sorted(set(failed['status'])))})", clip_on=False)
@@ -146,6 +146,10 @@ def write_report(run_dir: Path, scored: pd.DataFrame, best: Optional[int], basel
     if len(skipped):
         notes.append(f"{len(skipped)} configuration(s) skipped, never run: "
                      + esc("; ".join(sorted(set(skipped["cause"].dropna())))) + ".")
+    pruned = scored[scored["status"] == "pruned"]
+    if len(pruned):
+        notes.append(f"{len(pruned)} configuration(s) pruned, never run: the same strategy ran out of memory at a "
+                     "smaller micro-batch (trials " + esc(", ".join(str(int(n)) for n in pruned["number"])) + ").")
     budget_html = ""
     if per_budget is not None:
         budget_html = ("<h2>Best per budget</h2>\n<p>The same trials, judged against each budget (the table and "

@@ -53,11 +53,14 @@ def test_all_but_one_failing_still_gives_the_report_and_best_from_the_one(tmp_pa
     assert out.returncode == 0, out.stdout + out.stderr
     trials = pd.read_csv(run_dir / "trials.csv").set_index("micro_batch")
     assert trials.loc[1, "status"] == "ok"
-    assert (trials.loc[[2, 4], "status"] == "oom").all()
-    assert trials.loc[4, "cause"].startswith("planted: out of memory for micro_batch=4")
+    assert trials.loc[2, "status"] == "oom"
+    assert trials.loc[2, "cause"].startswith("planted: out of memory for micro_batch=2")
+    # Micro-batch 4 of the same strategy would need more still: pruned, never run.
+    assert trials.loc[4, "status"] == "pruned" and trials.loc[4, "pruned_by"] == trials.loc[2, "number"]
+    assert not (run_dir / "trials" / f"{int(trials.loc[4, 'number']):03d}").exists()
     best = yaml.safe_load((run_dir / "best.yaml").read_text())
     assert best["strategy"]["micro_batch"] == 1
-    assert "baseline (none, fp32, micro_batch=4) ended &#x27;oom&#x27;" in (run_dir / "report.html").read_text()
+    assert "baseline (none, fp32, micro_batch=4) ended &#x27;pruned&#x27;" in (run_dir / "report.html").read_text()
 
 
 def test_a_study_where_every_trial_fails_exits_non_zero_with_the_causes(tmp_path):
@@ -212,3 +215,36 @@ def test_a_model_whose_builder_fails_is_one_clear_error_not_n_failed_trials(tmp_
     states = [t.state for t in study_trials(db)]
     assert states.count(optuna.trial.TrialState.FAIL) == 1  # one trial tried it; the other five never ran
     assert states.count(optuna.trial.TrialState.WAITING) == 5
+
+
+def test_monotone_pruning_never_prunes_a_configuration_that_fits(tmp_path):
+    # Known memory: micro-batches above 2 run out of memory, whatever the strategy.
+    run_dir = tmp_path / "run"
+    out = run_cli(run_dir, *faulty(tmp_path, "model.config.oom_above=2", "global_batch=8",
+                                   space=space_file(tmp_path, "[none, full]", 1, 8)))
+    assert out.returncode == 0, out.stdout + out.stderr
+    t = pd.read_csv(run_dir / "trials.csv")
+    fits = t["micro_batch"] <= 2
+    assert (t.loc[fits, "status"] == "ok").all()  # nothing that fits was pruned
+    for ckpt in ("none", "full"):  # per strategy: the first OOM ran, every larger one was pruned
+        s = t[t["checkpointing"] == ckpt].set_index("micro_batch")
+        assert s.loc[4, "status"] == "oom" and s.loc[8, "status"] == "pruned"
+        assert s.loc[8, "pruned_by"] == s.loc[4, "number"]
+    assert "pruned, never run" in (run_dir / "report.html").read_text()
+
+
+def test_pruning_looks_only_at_the_same_strategy():
+    from optuna.distributions import CategoricalDistribution
+
+    from autotune.driver import oom_at_smaller_micro_batch
+
+    study = optuna.create_study()
+    dist = {"checkpointing": CategoricalDistribution(["none", "full"]), "micro_batch": CategoricalDistribution([2, 4, 8])}
+    for ckpt, mb, status in (("none", 4, "oom"), ("full", 2, "ok")):
+        study.add_trial(optuna.trial.create_trial(
+            params={"checkpointing": ckpt, "micro_batch": mb}, distributions=dist, user_attrs={"status": status},
+            state=optuna.trial.TrialState.FAIL if status == "oom" else optuna.trial.TrialState.COMPLETE,
+            value=None if status == "oom" else 1.0))
+    assert oom_at_smaller_micro_batch(study, {"checkpointing": "none", "micro_batch": 8}).params["micro_batch"] == 4
+    assert oom_at_smaller_micro_batch(study, {"checkpointing": "none", "micro_batch": 4}) is None  # not smaller
+    assert oom_at_smaller_micro_batch(study, {"checkpointing": "full", "micro_batch": 8}) is None  # other strategy
