@@ -134,12 +134,13 @@ def make_plan(cfg: TuneConfig, overridden: frozenset = frozenset()) -> Plan:
 
     budgets: List[float] = []
     raw = cfg.budget_gib
-    listed = list(raw) if isinstance(raw, (list, tuple)) or type(raw).__name__ == "ListConfig" else [raw]
+    is_list = isinstance(raw, (list, tuple))  # OmegaConf.to_object has made a ListConfig a list
+    listed = list(raw) if is_list else [raw]
     if device is not None:
         if raw is None:
             budgets = [device.memory_gib]
         for b in ([] if raw is None else listed):
-            where = f"budget_gib={raw}" + (f" ({b})" if len(listed) > 1 or listed[0] is not raw else "")
+            where = f"budget_gib={raw}" + (f" ({b})" if is_list else "")
             if isinstance(b, bool) or not isinstance(b, (int, float)):
                 problems.append(f"{where}: not a number of GiB; e.g. budget_gib=24 or budget_gib=[16,24,40]")
             elif b <= 0:

@@ -107,7 +107,7 @@ def write_report(run_dir: Path, scored: pd.DataFrame, best: Optional[int], basel
     ``scored`` is scored at the primary budget; ``per_budget`` (several budgets) holds the
     winner of each budget and why it won."""
     title = f"{meta['model']} on {meta['device_name']} - global batch {meta['global_batch']}"
-    fig = pareto_figure(scored, best, meta.get("budgets") or [meta["budget_gib"]], baseline, title)
+    fig = pareto_figure(scored, best, meta["budgets"], baseline, title)
     fig.savefig(run_dir / "pareto.png")
     svg = io.StringIO()
     fig.savefig(svg, format="svg")
@@ -163,7 +163,7 @@ th, td {{ padding: 3px 8px; border-bottom: 1px solid #ddd; text-align: right; }}
 th {{ background: #f3f3f3; }} .best {{ font-size: 1.1em; }} code {{ background: #f3f3f3; padding: 1px 4px; }}
 </style></head><body>
 <h1>autotune report</h1>
-<p>{esc(title)} - seq_len {meta['seq_len']} - budget {esc(", ".join(f"{b:.1f}" for b in meta.get("budgets") or [meta["budget_gib"]]))} GiB - device {esc(meta['device_name'])} - torch {esc(meta['torch'])}</p>
+<p>{esc(title)} - seq_len {meta['seq_len']} - budget {esc(", ".join(f"{b:.1f}" for b in meta["budgets"]))} GiB - device {esc(meta['device_name'])} - torch {esc(meta['torch'])}</p>
 <p>Command: <code>{esc(meta['command'])}</code></p>
 {best_html}
 <ul>{''.join(f'<li>{n}</li>' for n in notes)}</ul>
