@@ -79,13 +79,18 @@ def owner() -> dict:
 
 
 def owner_alive(t: FrozenTrial, now: Optional[float] = None) -> bool:
+    now = now or time.time()
     o = t.user_attrs.get("owner")
     if not o:
-        return False  # claimed before owners were recorded, or by a driver that died at once
+        # claim() moves a trial to RUNNING and only then records its owner: in between,
+        # another driver must not take it for orphaned (on a loaded machine that moment
+        # lasts long enough to matter). One that stays ownerless for STALE_S is orphaned.
+        start = t.datetime_start  # naive local time, set by the storage on RUNNING
+        return start is not None and now - start.timestamp() < STALE_S
     if o.get("host") == socket.gethostname():
         return o.get("start") is not None and _process_start(int(o["pid"])) == o["start"]
     beat = t.user_attrs.get("heartbeat", 0.0)
-    return (now or time.time()) - beat < STALE_S
+    return now - beat < STALE_S
 
 
 def claim(study: optuna.Study) -> Optional[optuna.Trial]:
@@ -148,9 +153,9 @@ def recover(study: optuna.Study) -> List[dict]:
     now = time.time()
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         if not owner_alive(t, now):
-            storage.set_trial_user_attr(t._trial_id, "status", "crash")
-            storage.set_trial_user_attr(t._trial_id, "cause", ORPHANED)
             try:
+                storage.set_trial_user_attr(t._trial_id, "status", "crash")
+                storage.set_trial_user_attr(t._trial_id, "cause", ORPHANED)
                 storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
             except optuna.exceptions.UpdateFinishedTrialError:
                 pass  # its owner finished it after all

@@ -133,7 +133,12 @@ def measure_queue(study: optuna.Study, plan: Plan, run_dir: Path, on_trial: Call
             trial.set_user_attr("duplicate_of", earlier)
             study.tell(trial, state=optuna.trial.TrialState.PRUNED)
             continue
-        _measure(study, trial, plan, run_dir, choices, on_trial)
+        try:
+            _measure(study, trial, plan, run_dir, choices, on_trial)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            # Another driver closed this trial as orphaned (it heard no heartbeat in time):
+            # its result is dropped here and the configuration retried once by recover().
+            on_trial(f"trial {trial.number} was closed by another driver while it ran; its configuration is retried")
 
 
 def _measure(study, trial: optuna.Trial, plan: Plan, run_dir: Path, choices: dict, on_trial) -> None:

@@ -100,3 +100,17 @@ def test_a_password_in_a_storage_url_is_kept_out_of_messages():
     assert redact(url) == "postgresql://tuner:***@db.example:5432/studies"
     assert redact(f"could not connect to {url}", url) == "could not connect to postgresql://tuner:***@db.example:5432/studies"
     assert redact("sqlite:////tmp/a.db") == "sqlite:////tmp/a.db"
+
+
+def test_a_trial_claimed_a_moment_ago_without_its_owner_yet_is_not_orphaned(study, monkeypatch):
+    # claim() moves the trial to RUNNING, then records the owner: another driver's recover()
+    # running in between must leave it alone (CI once lost both drivers to this race).
+    enqueue_missing(study, CONFIGS[:1])
+    waiting = study.get_trials(states=(TrialState.WAITING,))[0]
+    study._storage.set_trial_state_values(waiting._trial_id, TrialState.RUNNING)  # claimed, no owner yet
+    assert recover(study) == []
+    assert study.get_trials()[0].state == TrialState.RUNNING
+    # An owner that never appears: orphaned once STALE_S has passed, and retried once.
+    monkeypatch.setattr("autotune.claims.STALE_S", 0.0)
+    assert [r["params"] for r in recover(study)] == [CONFIGS[0]]
+    assert study.get_trials()[0].user_attrs["cause"] == ORPHANED
