@@ -102,10 +102,15 @@ def claim(study: optuna.Study) -> Optional[optuna.Trial]:
                 continue  # another driver took it first
         except optuna.exceptions.UpdateFinishedTrialError:
             continue
-        storage.set_trial_user_attr(t._trial_id, "owner", owner())
-        storage.set_trial_user_attr(t._trial_id, "heartbeat", time.time())
+        own(study, t._trial_id)
         return optuna.Trial(study, t._trial_id)
     return None
+
+
+def own(study: optuna.Study, trial_id: int) -> None:
+    """Record this process as the owner of a RUNNING trial (claimed, or made by ask())."""
+    study._storage.set_trial_user_attr(trial_id, "owner", owner())
+    study._storage.set_trial_user_attr(trial_id, "heartbeat", time.time())
 
 
 def duplicate_of(study: optuna.Study, trial: optuna.Trial) -> Optional[int]:

@@ -42,6 +42,13 @@ class SearchSpaceConfig:
 
 
 @dataclass
+class SearchConfig:
+    strategy: str = "auto"  # auto | grid | random | tpe | nsga2 (conf/search/)
+    n_trials: Optional[int] = None  # the most trials the search runs; None: no limit
+    timeout: Optional[float] = None  # seconds after which no new trial starts; None: no limit
+
+
+@dataclass
 class RoiConfig:
     memory_price_per_gib_hour: float = MISSING
     compute_price_per_hour: float = MISSING
@@ -66,6 +73,7 @@ class TrialConfig:
 class TuneConfig:
     model: ModelConfig = MISSING
     search_space: SearchSpaceConfig = MISSING
+    search: SearchConfig = field(default_factory=SearchConfig)
     roi: RoiConfig = MISSING
     trial: TrialConfig = field(default_factory=TrialConfig)
     global_batch: int = 64  # samples per optimizer step, the same for every trial

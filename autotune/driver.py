@@ -16,27 +16,24 @@ import itertools
 import json
 import logging
 import math
-import statistics
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Optional
 
 import optuna
-import pandas as pd
 
 from autotune.plan import Plan
 from autotune.runner import run_trial
 from autotune.space import skip_reason
 from autotune.claims import Heartbeat, claim, cut_short, duplicate_of, enqueue_missing, is_duplicate, recover
+from autotune.search import make_search
 from autotune.storage import open_study
+from autotune.table import trials_table
 from autotune.strategy import Strategy, allocator_env
 
 log = logging.getLogger("autotune")
 POLL_S = 1.0  # how often a driver with nothing left to claim checks on other drivers' trials
 
-# Columns every trials table starts with; the rest follow in the order first seen.
-LEAD_COLUMNS = ["number", "status", "checkpointing", "precision", "micro_batch", "accumulation", "offload",
-                "allocator", "peak_memory_gib", "samples_per_s", "time_spread", "cause"]
 # Result fields too bulky or nested for a column; kept in trials/NNN/result.json.
 _NOT_COLUMNS = {"step_times_s", "timings"}
 
@@ -104,20 +101,54 @@ def _running_elsewhere(study: optuna.Study) -> int:
     return len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)))
 
 
-def measure_queue(study: optuna.Study, plan: Plan, run_dir: Path, on_trial: Callable[[str], None] = log.info) -> None:
-    """Claim and run WAITING trials until none is left and no other driver still runs one.
+class Stopping:
+    """The search's own limits: ``n_trials`` trials run in the study, ``timeout`` seconds of
+    this driver's wall time. Either reached: no new trial starts (the running one ends)."""
+
+    def __init__(self, n_trials: Optional[int], timeout_s: Optional[float]):
+        self.n_trials, self.timeout_s, self.start = n_trials, timeout_s, time.monotonic()
+        self.reason: Optional[str] = None
+
+    def reached(self, study: optuna.Study) -> bool:
+        if self.n_trials is not None and trials_run(study) >= self.n_trials:
+            self.reason = f"search.n_trials={self.n_trials} reached"
+        elif self.timeout_s is not None and time.monotonic() - self.start >= self.timeout_s:
+            self.reason = f"search.timeout={self.timeout_s:g} s reached"
+        return self.reason is not None
+
+
+def trials_run(study: optuna.Study) -> int:
+    """Trials a process ran for the search: not skipped or pruned, not duplicates, not repeats."""
+    return sum(1 for t in study.get_trials(deepcopy=False)
+               if t.state.is_finished() and not is_duplicate(t) and not t.user_attrs.get("repeat")
+               and t.user_attrs.get("status") not in ("skipped", "pruned", "interrupted"))
+
+
+class _QueueOnly:
+    """Run what is queued (re-measurements), propose nothing."""
+
+    def next_trial(self, study):
+        return claim(study)
+
+
+def measure_queue(study: optuna.Study, plan: Plan, run_dir: Path, search=None, stopping: Optional[Stopping] = None,
+                  on_trial: Callable[[str], None] = log.info, runner=run_trial, of: Optional[int] = None) -> None:
+    """Run the search's trials until it has nothing left (or a limit is reached) and no
+    other driver still runs one.
 
     Trials other drivers run are waited for (a dead driver's trial is recovered and retried
-    here), so when this returns the study holds a final state for every planned trial.
+    here), so when this returns the study holds a final state for every trial it started.
     """
+    search = search or _QueueOnly()
     choices = plan.space.grid(plan.global_batch)
     choices["micro_batch"] = plan.micro_batches
     waiting_said = False
     while True:
-        trial = claim(study)
+        trial = None if stopping is not None and stopping.reached(study) else search.next_trial(study)
         if trial is None:
             recover(study)
-            if study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
+            if study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)) and not (
+                    stopping is not None and stopping.reason):
                 continue
             others = _running_elsewhere(study)
             if not others:
@@ -134,14 +165,14 @@ def measure_queue(study: optuna.Study, plan: Plan, run_dir: Path, on_trial: Call
             study.tell(trial, state=optuna.trial.TrialState.PRUNED)
             continue
         try:
-            _measure(study, trial, plan, run_dir, choices, on_trial)
+            _measure(study, trial, plan, run_dir, choices, on_trial, runner, of)
         except optuna.exceptions.UpdateFinishedTrialError:
             # Another driver closed this trial as orphaned (it heard no heartbeat in time):
             # its result is dropped here and the configuration retried once by recover().
             on_trial(f"trial {trial.number} was closed by another driver while it ran; its configuration is retried")
 
 
-def _measure(study, trial: optuna.Trial, plan: Plan, run_dir: Path, choices: dict, on_trial) -> None:
+def _measure(study, trial: optuna.Trial, plan: Plan, run_dir: Path, choices: dict, on_trial, runner, of) -> None:
     params = {name: trial.suggest_categorical(name, choices[name]) for name in choices}
     strategy = strategy_of(params, plan.global_batch)
     trial.set_user_attr("accumulation", strategy.accumulation)
@@ -158,8 +189,8 @@ def _measure(study, trial: optuna.Trial, plan: Plan, run_dir: Path, choices: dic
         trial_dir = run_dir / "trials" / f"{trial.number:03d}"
         try:
             with Heartbeat(study, trial._trial_id):
-                result = run_trial(trial_spec(plan, strategy), trial_dir, plan.timeout_s,
-                                   env=allocator_env(strategy.allocator))
+                result = runner(trial_spec(plan, strategy), trial_dir, plan.timeout_s,
+                                env=allocator_env(strategy.allocator))
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the trial was killed; retried on resume
             trial.set_user_attr("status", "interrupted")
             trial.set_user_attr("cause", "the driver was interrupted while this trial ran")
@@ -169,10 +200,11 @@ def _measure(study, trial: optuna.Trial, plan: Plan, run_dir: Path, choices: dic
         trial.set_user_attr(k, v)
     done, planned = _counts(study)
     repeat = trial.user_attrs.get("repeat")
-    on_trial(progress_line(done + 1, planned, strategy, result)
+    on_trial(progress_line(done + 1, of or planned, strategy, result)
              + (f"  [repeat {repeat} of trial {trial.user_attrs.get('repeat_of')}]" if repeat else ""))
     if result["status"] == "ok":
-        study.tell(trial, float(result["samples_per_s"]))
+        peak = result.get("device_peak_gib", result.get("peak_memory_gib"))
+        study.tell(trial, [float(result["samples_per_s"]), float(peak)])
     else:
         study.tell(trial, state=optuna.trial.TrialState.PRUNED if result["status"] in ("skipped", "pruned")
                    else optuna.trial.TrialState.FAIL)
@@ -198,24 +230,38 @@ def grid_configs(plan: Plan) -> list:
     return [dict(zip(grid, values)) for values in itertools.product(*grid.values())]
 
 
-def run_study(plan: Plan, run_dir: Path, storage: str, on_trial: Callable[[str], None] = log.info) -> optuna.Study:
-    """Measure every configuration of the grid that the study has not measured yet, then
+def run_study(plan: Plan, run_dir: Path, storage: str, on_trial: Callable[[str], None] = log.info,
+              runner=run_trial) -> optuna.Study:
+    """Measure what the search strategy picks until it ends or a limit is reached, then
     re-measure the close contenders in fresh processes.
 
     Other drivers may work on the same study at the same time; resuming is the same thing
     after a driver died: trials left running are closed and retried once, finished ones
-    are not run again.
+    are not run again. ``runner`` runs one trial (``runner.run_trial``; the replay
+    benchmark passes a recorded table instead).
     """
-    study = open_study(plan.study_name, storage, optuna.samplers.RandomSampler(seed=plan.seed))
-    retried = recover(study)
     configs = grid_configs(plan)
+    d = plan.device
+    runnable = [c for c in configs if not skip_reason(strategy_of(c, plan.global_batch), d.precisions, d.unsupported, d.kind)]
+    choices = plan.space.grid(plan.global_batch)
+    choices["micro_batch"] = plan.micro_batches
+    search = make_search(plan.search, configs, runnable, choices, plan)
+    study = open_study(plan.study_name, storage, getattr(search, "sampler", None)
+                       or optuna.samplers.RandomSampler(seed=plan.seed))
+    retried = recover(study)
     done_before, _ = _counts(study)
-    added = enqueue_missing(study, configs)
+    added = search.start(study)
     if done_before:
         on_trial(f"resuming study '{plan.study_name}': {done_before} trial(s) finished, {added} new "
                  f"configuration(s), {len(retried)} retried")
-    measure_queue(study, plan, run_dir, on_trial)
-    if plan.repeats:
+    stopping = Stopping(plan.n_trials, plan.search_timeout_s)
+    measure_queue(study, plan, run_dir, search, stopping, on_trial, runner,
+                  of=None if plan.search == "grid" else len(configs))
+    if stopping.reason:
+        on_trial(f"search stopped: {stopping.reason}; the same command with a larger limit resumes it")
+    elif plan.search != "grid":
+        on_trial(f"search '{plan.search}' ended: {trials_run(study)} of {len(configs)} configurations run")
+    if plan.repeats and not (stopping.reason and "timeout" in stopping.reason):
         from autotune.confirm import contenders  # needs scoring, which needs the table built here
 
         picked = contenders(trials_table(study), plan)
@@ -226,64 +272,5 @@ def run_study(plan: Plan, run_dir: Path, storage: str, on_trial: Callable[[str],
         if picked:
             on_trial(f"re-measuring {len(picked)} close contender(s) {plan.repeats} more time(s) each, "
                      "in fresh processes")
-        measure_queue(study, plan, run_dir, on_trial)
+        measure_queue(study, plan, run_dir, None, None, on_trial, runner)
     return study
-
-
-def trials_table(study: optuna.Study) -> pd.DataFrame:
-    """One row per finished trial: its configuration, status, cause and every measurement.
-
-    Duplicates (never run) are left out. Repeats of a configuration are folded into its
-    row: samples/s becomes the median over every process that measured it, the peak the
-    largest, ``time_spread`` the larger of the within-process and between-process spreads,
-    and a repeat that failed turns the row into that failure.
-    """
-    rows, repeats = [], {}
-    for t in study.trials:
-        if not t.state.is_finished() or is_duplicate(t):
-            continue
-        row = {"number": t.number, **t.params, **t.user_attrs}
-        row.setdefault("status", "crash" if t.state == optuna.trial.TrialState.FAIL else "unknown")
-        row["retry_of"] = t.user_attrs.get("retry_of")
-        if t.user_attrs.get("repeat"):
-            if not cut_short(t):
-                repeats.setdefault(t.user_attrs.get("repeat_of"), []).append(row)
-        else:
-            rows.append(row)
-    by_number = {r["number"]: r for r in rows}
-    for number, extra in repeats.items():
-        if number in by_number:
-            _fold_repeats(by_number[number], extra)
-    df = pd.DataFrame(rows)
-    for col in LEAD_COLUMNS:
-        if col not in df.columns:
-            df[col] = {"offload": False, "allocator": "default"}.get(
-                col, None if col in ("status", "cause", "checkpointing", "precision") else float("nan"))
-    for col in ("peak_memory_gib", "samples_per_s", "time_spread"):
-        df[col] = pd.to_numeric(df[col], errors="coerce")
-    df = df.drop(columns=[c for c in ("owner", "heartbeat", "repeat", "repeat_of") if c in df.columns])
-    rest = [c for c in df.columns if c not in LEAD_COLUMNS]
-    return df[LEAD_COLUMNS + rest].sort_values("number").reset_index(drop=True)
-
-
-def _fold_repeats(row: dict, extra: list) -> None:
-    failed = [r for r in extra if r["status"] != "ok"]
-    if failed and row["status"] == "ok":
-        f = failed[0]
-        row["status"] = f["status"]
-        row["cause"] = f"ok in trial {row['number']}, {f['status']} when repeated in trial {f['number']}: {f.get('cause')}"
-        return
-    runs = [row] + [r for r in extra if r["status"] == "ok"]
-    if row["status"] != "ok" or len(runs) < 2:
-        return
-    sps = [float(r["samples_per_s"]) for r in runs]
-    median = statistics.median(sps)
-    between = (max(sps) - min(sps)) / median if median > 0 else float("nan")
-    within = max(float(r.get("time_spread") or 0.0) for r in runs)
-    row.update(samples_per_s=median, samples_per_s_runs=";".join(f"{v:.6g}" for v in sps),
-               process_spread=between, time_spread=max(within, between),
-               repeat_trials=";".join(str(r["number"]) for r in runs[1:]))
-    for col in ("peak_memory_gib", "device_peak_gib", "peak_allocated_gib", "peak_reserved_gib"):
-        vals = [float(r[col]) for r in runs if r.get(col) is not None]
-        if vals:
-            row[col] = max(vals)

@@ -48,6 +48,9 @@ class Plan:
     seed: int
     study_name: str
     storage: Optional[str]
+    search: str = "auto"  # the search strategy (autotune.search)
+    n_trials: Optional[int] = None
+    search_timeout_s: Optional[float] = None
     reductions: List[str] = field(default_factory=list)  # what a CPU run shrank, for the log and report
 
     @property
@@ -125,6 +128,16 @@ def make_plan(cfg: TuneConfig, overridden: frozenset = frozenset()) -> Plan:
                         "or leave it unset to derive it from the steps")
     if t.repeats < 0:
         problems.append(f"trial.repeats={t.repeats}: must be >= 0 (0 turns re-measurement off); e.g. trial.repeats=1")
+    from autotune.search import STRATEGIES
+
+    sc = cfg.search
+    if sc.strategy not in STRATEGIES:
+        problems.append(f"search.strategy={sc.strategy}: unknown search; use search=NAME with NAME one of "
+                        f"{', '.join(STRATEGIES)}")
+    if sc.n_trials is not None and sc.n_trials < 1:
+        problems.append(f"search.n_trials={sc.n_trials}: must be >= 1, or null for no limit; e.g. search.n_trials=20")
+    if sc.timeout is not None and sc.timeout <= 0:
+        problems.append(f"search.timeout={sc.timeout}: must be > 0 seconds, or null for no limit; e.g. search.timeout=1800")
     roi = {k: getattr(cfg.roi, k) for k in ("memory_price_per_gib_hour", "compute_price_per_hour", "workload_samples")}
     for key in ("memory_price_per_gib_hour", "compute_price_per_hour"):
         if roi[key] < 0:
@@ -170,7 +183,8 @@ def make_plan(cfg: TuneConfig, overridden: frozenset = frozenset()) -> Plan:
 
     if problems:
         raise ConfigError(problems)
-    measured = {"target": cfg.model._target_, "config": model_config, "seq_len": seq_len, "memory_cap_gib": memory_cap,
+    # format 2: studies with two objectives (samples/s, peak memory)
+    measured = {"format": 2, "target": cfg.model._target_, "config": model_config, "seq_len": seq_len, "memory_cap_gib": memory_cap,
                 "global_batch": global_batch, "device": device.name, "space": space.grid(global_batch),
                 "warmup": t.warmup_steps, "measure": t.measure_steps, "lr": t.lr, "seed": t.seed}
     return Plan(
@@ -181,4 +195,5 @@ def make_plan(cfg: TuneConfig, overridden: frozenset = frozenset()) -> Plan:
         measure_steps=t.measure_steps, repeats=t.repeats, lr=t.lr, seed=t.seed,
         timeout_s=t.timeout_s if t.timeout_s is not None else default_timeout(t.warmup_steps, t.measure_steps),
         study_name=cfg.study_name or default_study_name(cfg.model.name, cfg.search_space.name, budgets, measured),
-        storage=cfg.storage, reductions=reductions)
+        storage=cfg.storage, reductions=reductions, search=sc.strategy, n_trials=sc.n_trials,
+        search_timeout_s=sc.timeout)

@@ -64,10 +64,27 @@ def write_outputs(run_dir: Path, plan: Plan, results: List[BudgetResult], comman
     return written
 
 
+def trial_cost(scored: pd.DataFrame) -> Optional[str]:
+    """Where an ok trial's wall time goes (medians): the fixed cost of process start, imports,
+    CUDA context, model build and first step, against the timed steps."""
+    cols = ["wall_s", "startup_s", "build_s", "first_step_s", "measured_s"]
+    ok = scored[scored["status"] == "ok"]
+    if ok.empty or any(c not in ok for c in cols):
+        return None
+    med = ok[cols].apply(pd.to_numeric, errors="coerce").median()
+    fixed = med["startup_s"] + med["build_s"] + med["first_step_s"]
+    return (f"trial cost (median of {len(ok)} ok): {med['wall_s']:.1f} s wall; fixed {fixed:.1f} s "
+            f"({100 * fixed / med['wall_s']:.0f} %: start-up {med['startup_s']:.1f}, build {med['build_s']:.1f}, "
+            f"first step {med['first_step_s']:.1f}), timed steps {med['measured_s']:.1f} s")
+
+
 def summary(scored: pd.DataFrame, best: Optional[int], objective: str) -> str:
     lines = []
     counts = scored["status"].value_counts()
     lines.append("trials: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
+    cost = trial_cost(scored)
+    if cost:
+        lines.append(cost)
     if best is None:
         causes = scored[scored["status"] != "ok"].groupby("status")["cause"].first()
         lines.append("no configuration ran ok within the budget; causes:")

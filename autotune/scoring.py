@@ -12,6 +12,7 @@ global_batch: what a user runs before tuning.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from typing import Optional
 
@@ -100,6 +101,19 @@ def score(trials: pd.DataFrame, global_batch: int, budget_gib: float, roi: dict)
     mem = df["peak_memory_gib"].where(df["fits_budget"])
     df["on_pareto"] = pareto_mask(mem, df["samples_per_s"].where(df["fits_budget"]))
     return df, baseline
+
+
+def objective_value(objective: str, peak_memory_gib: float, samples_per_s: float, baseline: Baseline,
+                    roi: dict) -> float:
+    """One configuration's objective: samples/s, or its ROI against ``baseline`` (as ``score``)."""
+    if objective != "roi":
+        return samples_per_s
+    hours = roi["workload_samples"] / samples_per_s / 3600.0 if samples_per_s > 0 else math.inf
+    base_hours = roi["workload_samples"] / baseline.samples_per_s / 3600.0 if baseline.samples_per_s else hours
+    if math.isinf(hours):
+        return -math.inf
+    return ((baseline.peak_memory_gib - peak_memory_gib) * roi["memory_price_per_gib_hour"] * hours
+            - (hours - base_hours) * roi["compute_price_per_hour"])
 
 
 def _spread(df: pd.DataFrame) -> pd.Series:

@@ -116,11 +116,18 @@ def run(spec: dict) -> dict:
                 status, cause = "nan", f"non-finite loss {loss} at measured step {i - warmup}"
                 break
     timings["measured_s"] = sum(step_times)
+    # What no micro-batch changes: parameters, their gradients and the optimizer's state
+    # (the floor of the memory line the auto search fits).
+    tensors = [p for p in workload.model.parameters()] + [v for st in optimizer.state.values() for v in st.values()
+                                                          if isinstance(v, torch.Tensor)]
+    static_bytes = sum(t.numel() * t.element_size() for t in tensors) + sum(
+        p.numel() * p.element_size() for p in workload.model.parameters() if p.requires_grad)
     timings["total_s"] = time.time() - spec.get("launched_at", time.time())
 
     result = {"status": status, "cause": cause, "device": device_type, "n_checkpointed": n_ckpt,
               "n_blocks": len(workload.blocks), "losses": losses, "step_times_s": step_times, "timings": timings,
-              "allocator_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""), **limits}
+              "allocator_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""), "static_gib": static_bytes / 2**30,
+              **limits}
     result.update(memory or probe.finish())
     result.update(step_time_stats(step_times, strategy.global_batch))
     result["memory_growth_gib"] = memory_growth_gib(in_use)

@@ -11,7 +11,8 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from autotune.driver import ModelBuildError, run_study, trials_table
+from autotune.driver import ModelBuildError, run_study
+from autotune.table import trials_table
 from autotune.plan import ConfigError, Plan, make_plan
 from autotune.report import write_report
 from autotune.results import summary, write_outputs
@@ -37,6 +38,8 @@ def _describe(plan: Plan) -> None:
     log.info(f"model {plan.model_name}, seq_len {plan.seq_len}, global batch {plan.global_batch}; "
              f"{n} configurations: " + " x ".join(f"{k} {v}" for k, v in grid.items() if len(v) > 1 or k in
                                                   ("checkpointing", "precision", "micro_batch")))
+    limits = [f"{k}={v:g}" for k, v in (("n_trials", plan.n_trials), ("timeout", plan.search_timeout_s)) if v]
+    log.info(f"search: {plan.search}" + (f" ({', '.join(limits)})" if limits else ""))
     if plan.reductions:
         log.info("CPU run: reduced so it finishes in minutes (GPU runs use the full size; cpu_reduce=false "
                  "turns this off): " + ", ".join(plan.reductions))

@@ -22,7 +22,7 @@ def study(request, tmp_path):
 def _run(study, trial, value=1.0):
     for k, choices in (("checkpointing", ["none", "full"]), ("micro_batch", [1, 2])):
         trial.suggest_categorical(k, choices)
-    study.tell(trial, value)
+    study.tell(trial, [value, 1.0])
 
 
 def test_each_configuration_is_enqueued_once_and_claimed_once(study):

@@ -8,7 +8,7 @@ from autotune import load_tuned
 from autotune.device import resolve_device
 from tests.conftest import run_cli
 
-FAST = ["model=tiny", "device=cpu", "global_batch=8", "seq_len=16", "trial.warmup_steps=1", "trial.measure_steps=3"]
+FAST = ["model=tiny", "device=cpu", "search=grid", "global_batch=8", "seq_len=16", "trial.warmup_steps=1", "trial.measure_steps=3"]
 
 
 def test_tune_writes_every_output(tmp_path):
@@ -85,7 +85,7 @@ def test_several_budgets_get_a_best_config_each_from_the_same_trials(tmp_path):
     space = tmp_path / "space.yaml"
     space.write_text("checkpointing: [none, full]\nprecision: [fp32]\nmicro_batch: {min: 8, max: 8}\n")
     run_dir = tmp_path / "run"
-    out = run_cli(run_dir, "model=tiny", "device=cpu", "global_batch=8", "seq_len=16", "trial.warmup_steps=1",
+    out = run_cli(run_dir, "model=tiny", "device=cpu", "search=grid", "global_batch=8", "seq_len=16", "trial.warmup_steps=1",
                   "trial.measure_steps=2", "trial.repeats=0", f"search_space.path={space}", "budget_gib=[1,0.0001]")
     assert out.returncode == 0, out.stdout + out.stderr
     trials = pd.read_csv(run_dir / "trials.csv")

@@ -81,7 +81,7 @@ def test_cli_on_cuda_end_to_end_with_offload_and_allocator(tmp_path):
     space.write_text("checkpointing: [0.5]\nprecision: [fp32, bf16, fp16]\nmicro_batch: {min: 8, max: 8}\n"
                      "offload: [false, true]\nallocator: [expandable]\n")
     run_dir = tmp_path / "run"
-    out = run_cli(run_dir, "model=tiny", "device=cuda", "global_batch=8", "seq_len=32", "trial.warmup_steps=1",
+    out = run_cli(run_dir, "model=tiny", "device=cuda", "search=grid", "global_batch=8", "seq_len=32", "trial.warmup_steps=1",
                   "trial.measure_steps=3", "trial.repeats=0", f"search_space.path={space}", "budget_gib=8")
     assert out.returncode == 0, out.stdout + out.stderr
     trials = pd.read_csv(run_dir / "trials.csv")
@@ -101,7 +101,7 @@ def test_each_built_in_model_tunes_on_cuda_at_full_size(tmp_path, model):
     space = tmp_path / "space.yaml"
     space.write_text("checkpointing: [0.5]\nprecision: [bf16]\nmicro_batch: {min: 8, max: 8}\n")
     run_dir = tmp_path / "run"
-    out = run_cli(run_dir, f"model={model}", "device=cuda", "global_batch=8", "seq_len=128", "trial.warmup_steps=1",
+    out = run_cli(run_dir, f"model={model}", "device=cuda", "search=grid", "global_batch=8", "seq_len=128", "trial.warmup_steps=1",
                   "trial.measure_steps=2", "trial.repeats=0", f"search_space.path={space}")
     assert out.returncode == 0, out.stdout + out.stderr
     row = pd.read_csv(run_dir / "trials.csv").iloc[0]

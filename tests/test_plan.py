@@ -91,3 +91,16 @@ def test_several_budgets_are_checked_each_and_the_trials_capped_to_the_largest()
     assert "budget_gib=[1, -2, 1, 100000] (-2): must be > 0" in text
     assert "budget_gib=[1, -2, 1, 100000] (100000): above this device's memory" in text
     assert "a budget is listed twice; list each once" in text
+
+
+def test_search_settings_are_checked_and_a_search_group_picks_the_strategy():
+    assert plan_for("device=cpu").search == "auto"
+    plan = plan_for("device=cpu", "search=tpe", "search.n_trials=7", "search.timeout=60")
+    assert (plan.search, plan.n_trials, plan.search_timeout_s) == ("tpe", 7, 60)
+    with pytest.raises(ConfigError) as e:
+        plan_for("device=cpu", "search.strategy=annealing", "search.n_trials=0", "search.timeout=-5")
+    text = str(e.value)
+    assert "search.strategy=annealing: unknown search; use search=NAME with NAME one of auto, grid, random, tpe, nsga2" in text
+    assert "search.n_trials=0: must be >= 1" in text and "search.timeout=-5: must be > 0 seconds" in text
+    with pytest.raises(ConfigCompositionException, match="search/annealing"):
+        plan_for("device=cpu", "search=annealing")

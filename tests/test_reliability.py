@@ -21,7 +21,7 @@ def space_file(tmp_path, checkpointing="[none, full]", lo=1, hi=4):
 
 
 def faulty(tmp_path, *extra, space=None):
-    return ["model=faulty", "device=cpu", "global_batch=4", "seq_len=8", "trial.warmup_steps=1",
+    return ["model=faulty", "device=cpu", "search=grid", "global_batch=4", "seq_len=8", "trial.warmup_steps=1",
             "trial.measure_steps=2", "trial.repeats=0", f"search_space.path={space or space_file(tmp_path)}", *extra]
 
 

@@ -1,0 +1,69 @@
+"""How the study picks what to measure next: ``search=grid|random|tpe|nsga2|auto``.
+
+Every strategy hands the driver one trial at a time (``next_trial``), already claimed for
+this driver, or None when it has nothing to run now. The driver then waits for trials that
+other drivers still run (their results may give the strategy more to do) and stops when
+none is left. Queued trials (retries, re-measurements, another driver's proposals) are
+always run first, whatever the strategy.
+
+* ``grid``: every configuration, queued at the start (``queue``).
+* ``random``, ``tpe``, ``nsga2``: Optuna's samplers over the same space (``sampled``); they
+  need ``search.n_trials`` or ``search.timeout`` to stop before the space is exhausted.
+* ``auto`` (default): the project's own, which uses the structure of memory and speed
+  (``auto``) and ends by itself.
+"""
+from __future__ import annotations
+
+from typing import List, Optional
+
+import optuna
+
+from autotune.claims import claim, enqueue_missing
+from autotune.search.auto import AutoSearch, family_of
+from autotune.table import trials_table
+
+STRATEGIES = ("auto", "grid", "random", "tpe", "nsga2")
+
+
+def config_key(params: dict) -> tuple:
+    return family_of(params), int(params["micro_batch"])
+
+
+class QueueSearch:
+    """Grid and auto: configurations go into the study's queue, then are claimed from it."""
+
+    def __init__(self, name: str, configs: List[dict], auto: Optional[AutoSearch] = None):
+        self.name, self.configs, self.auto = name, configs, auto
+
+    def start(self, study: optuna.Study) -> int:
+        """Queue what the strategy knows at the start; returns how many were added."""
+        return enqueue_missing(study, self.configs) if self.auto is None else 0
+
+    def next_trial(self, study: optuna.Study) -> Optional[optuna.Trial]:
+        trial = claim(study)
+        if trial is not None or self.auto is None:
+            return trial
+        pending = {config_key(t.params or t.system_attrs.get("fixed_params", {}))
+                   for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,
+                                                                      optuna.trial.TrialState.RUNNING))
+                   if (t.params or t.system_attrs.get("fixed_params"))}
+        proposal = self.auto.propose(trials_table(study), pending)
+        if proposal is None:
+            return None
+        enqueue_missing(study, [proposal])
+        return claim(study)
+
+
+def make_search(name: str, configs: List[dict], runnable: List[dict], choices: dict, plan):
+    """The strategy ``name`` over the space's ``configs``; ``runnable``: those the device can
+    run (the others are recorded skipped by grid and the samplers, never proposed by auto)."""
+    if name == "grid":
+        return QueueSearch("grid", configs)
+    if name == "auto":
+        return QueueSearch("auto", runnable, AutoSearch(runnable, plan.budgets, plan.objective, plan.roi,
+                                                        plan.global_batch, plan.memory_cap_gib))
+    if name in ("random", "tpe", "nsga2"):
+        from autotune.search.sampled import SampledSearch
+
+        return SampledSearch(name, choices, configs, plan.seed)
+    raise ValueError(f"search={name}: unknown strategy; use one of {', '.join(STRATEGIES)}")

@@ -1,0 +1,249 @@
+"""``search=auto``: measure only what could still beat the best, using what Optuna does not know.
+
+A family is a configuration without its micro-batch (checkpointing, precision, offload,
+allocator). Four facts about training memory and speed bound what an unmeasured
+configuration can do:
+
+1. Feasibility is monotone in micro-batch: above a micro-batch that ran out of memory (or
+   measured over a budget), the same family does not fit either.
+2. Peak memory is a line in micro-batch (``memory_model``): measured points predict the
+   largest micro-batch that fits; the prediction is then measured, not trusted.
+3. Saving memory costs time: at one micro-batch, a family with less checkpointing is no
+   slower, and no offload is no slower than offload. Not "more checkpointing is slower"
+   across offload families: with offload on, checkpointing more blocks leaves less to copy
+   and ran faster (H200, BERT-large: 40, 65 and 167 samples/s for none, 0.5 and full).
+4. A larger micro-batch of one family is no slower (fewer, larger kernels, fewer
+   accumulation steps): on the H200 every family's throughput rose with micro-batch.
+5. Nor is it more than proportionally faster: a micro-step over more samples takes no less
+   time, so samples/s at micro-batch m2 is at most (m2 / m1) times that at m1.
+
+So a measured configuration bounds the throughput of every configuration of an equal or
+heavier family: at a smaller-or-equal micro-batch by its own figure (3, 4), at a larger one
+by its figure scaled by the ratio of micro-batches (3, 5). An unmeasured configuration is
+measured only when its optimistic objective (bounded throughput, lowest plausible memory)
+beats the best measured one under some budget by more than the best one's measured
+spread; otherwise it is never run. When nothing is left that could, the search ends.
+
+Unbounded configurations are explored lightest family first, at the micro-batch the memory
+line predicts as the largest that fits (so that one measurement bounds the most others), and
+with nothing to predict from, at the smallest micro-batch (which gives the line).
+The replay benchmark (``bench/search_replay.py``) checks these facts against recorded runs.
+"""
+from __future__ import annotations
+
+import math
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
+import pandas as pd
+
+from autotune.scoring import find_baseline, objective_value, score
+from autotune.search.memory_model import Line, fit_families
+from autotune.strategy import checkpoint_fraction
+
+FAMILY_KEYS = ("checkpointing", "precision", "offload", "allocator")
+DEFAULTS = {"offload": False, "allocator": "default"}
+MIN_NOISE = 0.02  # a difference below 2 % is never worth a trial, however steady the timing
+MARGIN = 0.05  # a certain memory line may be off by this much before it rules a micro-batch out
+INF = math.inf
+
+
+def family_of(params) -> tuple:
+    return tuple(_norm(k, params.get(k, DEFAULTS.get(k))) for k in FAMILY_KEYS)
+
+
+def _norm(key, value):
+    if key == "checkpointing":
+        return checkpoint_fraction(value)
+    if key == "offload":
+        return bool(value)
+    return value
+
+
+def group_of(family: tuple) -> tuple:
+    """Families that share a fixed memory part and are ordered by fact 3: same precision and allocator."""
+    return family[1], family[3]
+
+
+def no_slower(a: tuple, b: tuple) -> bool:
+    """Fact 3: family ``a`` is no slower than family ``b`` at the same micro-batch."""
+    if a == b:
+        return True
+    if group_of(a) != group_of(b) or a[2]:  # an offload family bounds only itself
+        return False
+    return a[0] <= b[0]
+
+
+def saving_level(family: tuple) -> tuple:
+    return (family[2], family[0])  # offload last, then by checkpointed fraction
+
+
+class AutoSearch:
+    """Proposes one configuration at a time from the trials table, or None when done."""
+
+    name = "auto"
+
+    def __init__(self, configs: List[dict], budgets: List[float], objective: str, roi: dict, global_batch: int,
+                 memory_cap_gib: Optional[float] = None):
+        self.configs = configs
+        self.budgets = budgets
+        self.objective = objective
+        self.roi = roi
+        self.global_batch = global_batch
+        self.cap = memory_cap_gib
+        self.micro_batches = sorted({c["micro_batch"] for c in configs})
+        order = {}
+        for c in configs:  # the space file's order breaks ties between equally light families
+            order.setdefault(family_of(c), len(order))
+        self.family_order = order
+
+    # -- what the measurements say -------------------------------------------------------
+    def _measured(self, table: pd.DataFrame) -> Dict[Tuple[tuple, int], dict]:
+        out = {}
+        for row in table.to_dict("records"):
+            out[(family_of(row), int(row["micro_batch"]))] = row
+        return out
+
+    @staticmethod
+    def _fit_peak(row: dict) -> float:
+        v = row.get("device_peak_gib")
+        return float(v) if v is not None and np.isfinite(v) else float(row["peak_memory_gib"])
+
+    def _lines(self, measured) -> Dict[tuple, Line]:
+        points: Dict[tuple, list] = {}
+        statics = []
+        for (fam, m), row in measured.items():
+            if row["status"] == "ok" and np.isfinite(self._fit_peak(row)):
+                points.setdefault(fam, []).append((m, self._fit_peak(row)))
+            if row.get("static_gib") is not None and np.isfinite(row.get("static_gib", np.nan)):
+                statics.append(float(row["static_gib"]) + float(row.get("cuda_context_gib") or 0.0))
+        return fit_families(points, group_of, float(np.median(statics)) if statics else None)
+
+    def _speed_bound(self, fam: tuple, m: int, measured) -> float:
+        """The lowest upper bound on (fam, m)'s samples/s that the measurements give."""
+        bound = INF
+        for (f, mm), row in measured.items():
+            if row["status"] != "ok" or not no_slower(f, fam) or not np.isfinite(row["samples_per_s"]):
+                continue
+            sps = float(row["samples_per_s"])
+            bound = min(bound, sps if mm >= m else sps * m / mm)  # facts 3 and 4, or 3 and 5
+        return bound
+
+    def _infeasible(self, fam: tuple, m: int, budget: float, measured, line: Optional[Line]) -> bool:
+        for (f, mm), row in measured.items():
+            if f != fam or mm > m:
+                continue
+            if row["status"] == "oom" or (row["status"] == "pruned" and row.get("pruned_by") is not None):
+                return True  # fact 1: over the cap, so over every budget
+            if row["status"] == "ok" and self._fit_peak(row) > budget:
+                return True
+        return line is not None and line.certain and line.peak(m) * (1 - MARGIN) > budget
+
+    def _lowest_peak(self, fam: tuple, m: int, measured, line: Optional[Line], lines) -> float:
+        low = 0.0
+        for (f, mm), row in measured.items():
+            if f == fam and mm <= m and row["status"] == "ok":
+                low = max(low, self._fit_peak(row))
+        if line is not None and line.certain:
+            low = max(low, line.peak(m) * (1 - MARGIN))
+        else:
+            shared = [ln.intercept for f, ln in lines.items() if group_of(f) == group_of(fam) and ln.certain]
+            if shared:
+                low = max(low, min(shared))
+        return low
+
+    def _predicted_largest(self, fam: tuple, budget: float, lines) -> Optional[int]:
+        """The largest micro-batch predicted to fit: from the family's own line, else from the
+        nearest measured family that is no lighter (its slope is at least as steep, so the
+        prediction errs small), else None (nothing known)."""
+        line = lines.get(fam)
+        if line is None:
+            donors = [f for f in lines if no_slower(f, fam)]
+            if not donors:
+                return None
+            line = lines[max(donors, key=lambda f: f[0])]
+        return line.largest_fitting(self.micro_batches, budget) or 0
+
+    # -- the proposal ---------------------------------------------------------------------
+    def propose(self, table: pd.DataFrame, pending: set) -> Optional[dict]:
+        """The next configuration to measure, or None when nothing left could win.
+
+        ``pending``: configuration keys (family, micro_batch) queued or running elsewhere.
+        """
+        measured = self._measured(table) if not table.empty else {}
+        lines = self._lines(measured)
+        if self.objective == "roi":  # ROI is relative to the baseline: measure it first
+            base = self._baseline_config()
+            if base is not None and not {(family_of(base), base["micro_batch"])} & (set(measured) | pending):
+                return base
+        thresholds = {b: self._threshold(table, b) for b in self.budgets}
+        worth: Dict[Tuple[tuple, int], float] = {}
+        for c in self.configs:
+            key = (family_of(c), c["micro_batch"])
+            if key in measured or key in pending:
+                continue
+            fam, m = key
+            ub = self._speed_bound(fam, m, measured)
+            for b in self.budgets:
+                if self._infeasible(fam, m, b, measured, lines.get(fam)):
+                    continue
+                value = self._optimistic(self._lowest_peak(fam, m, measured, lines.get(fam), lines), ub, b, table)
+                gain = value - thresholds[b]
+                if gain > 0:
+                    worth[key] = max(worth.get(key, -INF), gain)
+        if not worth:
+            return None
+        return self._config(self._pick(worth, lines))
+
+    def _pick(self, worth: dict, lines) -> Tuple[tuple, int]:
+        families = sorted({f for f, _ in worth}, key=lambda f: (saving_level(f), self.family_order.get(f, 0)))
+        for fam in families:  # lightest family with something worth measuring
+            ms = sorted(m for f, m in worth if f == fam)
+            targets = [self._predicted_largest(fam, b, lines) for b in self.budgets]
+            if any(t is None for t in targets):  # nothing known: the smallest gives a line to predict from
+                return fam, ms[0]
+            for t in sorted(targets):  # the prediction for the smallest budget first
+                below = [m for m in ms if m <= t]
+                if below:
+                    return fam, below[-1]
+            return fam, ms[0]  # predicted not to fit but not ruled out: the smallest left verifies it
+        raise AssertionError("worth is not empty")
+
+    def _config(self, key: Tuple[tuple, int]) -> dict:
+        for c in self.configs:
+            if (family_of(c), c["micro_batch"]) == key:
+                return c
+        raise KeyError(key)
+
+    def _baseline_config(self) -> Optional[dict]:
+        for c in self.configs:
+            if (family_of(c) == (0.0, "fp32", False, "default")) and c["micro_batch"] == self.global_batch:
+                return c
+        return None
+
+    # -- objective ------------------------------------------------------------------------
+    def _threshold(self, table: pd.DataFrame, budget: float) -> float:
+        """The best measured objective under ``budget``, raised by its measured spread."""
+        if table.empty:
+            return -INF
+        scored, baseline = score(table, self.global_batch, budget, self.roi)
+        key = "roi" if self.objective == "roi" else "samples_per_s"
+        ok = scored[scored["fits_budget"] & np.isfinite(scored[key])]
+        if ok.empty:
+            return -INF
+        best = ok.loc[ok[key].idxmax()]
+        noise = max(MIN_NOISE, float(best.get("time_spread") or 0.0))
+        return objective_value(self.objective, float(best["peak_memory_gib"]),
+                               float(best["samples_per_s"]) * (1 + noise), baseline, self.roi)
+
+    def _optimistic(self, peak_lo: float, speed_ub: float, budget: float, table: pd.DataFrame) -> float:
+        """The highest objective a config with peak >= peak_lo and speed <= speed_ub could reach."""
+        if self.objective != "roi":
+            return speed_ub
+        baseline = find_baseline(table, self.global_batch, budget) if not table.empty else None
+        if baseline is None:
+            return INF
+        saved_value = (baseline.peak_memory_gib - peak_lo) * self.roi["memory_price_per_gib_hour"]
+        if baseline.samples_per_s is None or saved_value >= self.roi["compute_price_per_hour"]:
+            return INF  # ROI would grow as the config slows down: no bound from speed
+        return objective_value("roi", peak_lo, speed_ub, baseline, self.roi)

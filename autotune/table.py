@@ -1,0 +1,76 @@
+"""The trials table: one row per finished measurement of a study, repeats folded in.
+
+Every output (trials.csv, the scores, the report) and the ``auto`` search read the study
+through this table, so they all see the same figures.
+"""
+from __future__ import annotations
+
+import statistics
+
+import optuna
+import pandas as pd
+
+from autotune.claims import cut_short, is_duplicate
+
+# Columns every trials table starts with; the rest follow in the order first seen.
+LEAD_COLUMNS = ["number", "status", "checkpointing", "precision", "micro_batch", "accumulation", "offload",
+                "allocator", "peak_memory_gib", "samples_per_s", "time_spread", "cause"]
+
+
+def trials_table(study: optuna.Study) -> pd.DataFrame:
+    """One row per finished trial: its configuration, status, cause and every measurement.
+
+    Duplicates (never run) are left out. Repeats of a configuration are folded into its
+    row: samples/s becomes the median over every process that measured it, the peak the
+    largest, ``time_spread`` the larger of the within-process and between-process spreads,
+    and a repeat that failed turns the row into that failure.
+    """
+    rows, repeats = [], {}
+    for t in study.trials:
+        if not t.state.is_finished() or is_duplicate(t):
+            continue
+        row = {"number": t.number, **t.params, **t.user_attrs}
+        row.setdefault("status", "crash" if t.state == optuna.trial.TrialState.FAIL else "unknown")
+        row["retry_of"] = t.user_attrs.get("retry_of")
+        if t.user_attrs.get("repeat"):
+            if not cut_short(t):
+                repeats.setdefault(t.user_attrs.get("repeat_of"), []).append(row)
+        else:
+            rows.append(row)
+    by_number = {r["number"]: r for r in rows}
+    for number, extra in repeats.items():
+        if number in by_number:
+            _fold_repeats(by_number[number], extra)
+    df = pd.DataFrame(rows)
+    for col in LEAD_COLUMNS:
+        if col not in df.columns:
+            df[col] = {"offload": False, "allocator": "default"}.get(
+                col, None if col in ("status", "cause", "checkpointing", "precision") else float("nan"))
+    for col in ("peak_memory_gib", "samples_per_s", "time_spread"):
+        df[col] = pd.to_numeric(df[col], errors="coerce")
+    df = df.drop(columns=[c for c in ("owner", "heartbeat", "repeat", "repeat_of") if c in df.columns])
+    rest = [c for c in df.columns if c not in LEAD_COLUMNS]
+    return df[LEAD_COLUMNS + rest].sort_values("number").reset_index(drop=True)
+
+
+def _fold_repeats(row: dict, extra: list) -> None:
+    failed = [r for r in extra if r["status"] != "ok"]
+    if failed and row["status"] == "ok":
+        f = failed[0]
+        row["status"] = f["status"]
+        row["cause"] = f"ok in trial {row['number']}, {f['status']} when repeated in trial {f['number']}: {f.get('cause')}"
+        return
+    runs = [row] + [r for r in extra if r["status"] == "ok"]
+    if row["status"] != "ok" or len(runs) < 2:
+        return
+    sps = [float(r["samples_per_s"]) for r in runs]
+    median = statistics.median(sps)
+    between = (max(sps) - min(sps)) / median if median > 0 else float("nan")
+    within = max(float(r.get("time_spread") or 0.0) for r in runs)
+    row.update(samples_per_s=median, samples_per_s_runs=";".join(f"{v:.6g}" for v in sps),
+               process_spread=between, time_spread=max(within, between),
+               repeat_trials=";".join(str(r["number"]) for r in runs[1:]))
+    for col in ("peak_memory_gib", "device_peak_gib", "peak_allocated_gib", "peak_reserved_gib"):
+        vals = [float(r[col]) for r in runs if r.get(col) is not None]
+        if vals:
+            row[col] = max(vals)

@@ -1,0 +1,170 @@
+"""Search strategies: the auto search's structure on replayed workloads of known memory and
+speed (no trial process), then every strategy end to end, and resumed, on a tiny model."""
+import itertools
+import math
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from autotune.budgets import per_budget
+from autotune.device import DeviceInfo
+from autotune.driver import run_study
+from autotune.plan import Plan
+from autotune.replay import Replay
+from autotune.search.auto import AutoSearch, family_of
+from autotune.search.memory_model import fit_families, fit_line
+from autotune.space import SearchSpace
+from autotune.table import trials_table
+from tests.conftest import run_cli
+from tests.test_reliability import study_trials
+
+ROI = {"memory_price_per_gib_hour": 0.025, "compute_price_per_hour": 3.5, "workload_samples": 1e7}
+CKPT = {"none": 0.0, "0.5": 0.5, "full": 1.0}
+
+
+def known_workload(intercept=6.0, act=0.5, launch=0.02, per_sample=0.003, recompute=0.3, offload_cost=3.0):
+    """A trials table of known figures for every configuration: peak = intercept + slope x
+    micro-batch (checkpointing and offload shrink the slope), and a step time of launch
+    overhead plus per-sample compute (checkpointing recomputes, offload copies)."""
+    rows = []
+    for n, (ckpt, off, mb) in enumerate(itertools.product(CKPT, (False, True), (4, 8, 16, 32, 64))):
+        f = CKPT[ckpt]
+        slope = act * (1 - 0.8 * f) * (0.1 if off else 1.0)
+        micro_step = launch + mb * per_sample * (1 + recompute * f) * (offload_cost * (1 - 0.5 * f) if off else 1.0)
+        sps = 64 / ((64 // mb) * micro_step)
+        rows.append({"number": n, "status": "ok", "checkpointing": ckpt, "precision": "bf16", "micro_batch": mb,
+                     "accumulation": 64 // mb, "offload": off, "allocator": "default",
+                     "peak_memory_gib": intercept + slope * mb, "device_peak_gib": intercept + slope * mb,
+                     "samples_per_s": sps, "time_spread": 0.01, "static_gib": intercept - 1.0, "wall_s": 10.0,
+                     "startup_s": 1.0, "build_s": 0.5, "first_step_s": 0.5})
+    return pd.DataFrame(rows)
+
+
+def replay_plan(table: pd.DataFrame, budgets, search: str, objective="throughput", n_trials=None) -> Plan:
+    space = SearchSpace(tuple(CKPT), ("bf16",), 4, 64, (False, True), ("default",))
+    device = DeviceInfo("cuda", 0, "replay", 141.0, ("fp32", "bf16", "fp16"), {})
+    return Plan(model_name="known", model_target="replay", model_config={}, seq_len=1, global_batch=64, device=device,
+                budget_gib=budgets[0], budget_is_device_memory=False, budgets=list(budgets),
+                memory_cap_gib=max(budgets), space=space, space_name="known", micro_batches=[4, 8, 16, 32, 64],
+                objective=objective, roi=ROI, warmup_steps=1, measure_steps=1, timeout_s=60, repeats=0, lr=1e-4,
+                seed=0, study_name=search, storage=None, search=search, n_trials=n_trials)
+
+
+def replayed(table, budgets, search, **kw):
+    replay = Replay(table)
+    with tempfile.TemporaryDirectory() as tmp:
+        plan = replay_plan(table, budgets, search, **kw)
+        study = run_study(plan, Path(tmp) / "run", f"journal:{tmp}/s.log", on_trial=lambda _: None, runner=replay)
+        return trials_table(study), replay, plan
+
+
+def fits(table, budget):
+    return table[table["device_peak_gib"] <= budget]
+
+
+@pytest.mark.parametrize("budget", [8.0, 12.0, 20.0, 40.0])
+def test_monotone_pruning_never_prunes_a_configuration_that_would_fit(budget):
+    truth = known_workload()
+    table, _, _ = replayed(truth, [budget], "grid")
+    peak = truth.set_index(["checkpointing", "offload", "micro_batch"])["device_peak_gib"]
+    pruned = table[table["status"] == "pruned"]
+    assert len(pruned) > 0 or budget == 40.0
+    for row in pruned.itertuples():
+        assert peak[(row.checkpointing, row.offload, row.micro_batch)] > budget  # it would not have fit
+    # Everything that fits was measured ok; only what does not fit ended oom or pruned.
+    ok = table[table["status"] == "ok"]
+    assert len(ok) == len(fits(truth, budget))
+
+
+@pytest.mark.parametrize("budgets", [[8.0], [12.0], [20.0], [40.0], [8.0, 20.0]])
+def test_auto_finds_the_grids_best_with_a_fraction_of_its_trials(budgets):
+    truth = known_workload()
+    grid, grid_replay, plan = replayed(truth, budgets, "grid")
+    auto, auto_replay, _ = replayed(truth, budgets, "auto")
+    for b in budgets:
+        want = per_budget(grid, 64, [b], ROI, "throughput")[0]
+        got = per_budget(auto, 64, [b], ROI, "throughput")[0]
+        assert got.best is not None
+        assert got.scored.loc[got.best, "samples_per_s"] >= 0.98 * want.scored.loc[want.best, "samples_per_s"]
+    assert auto_replay.trials <= 0.5 * grid_replay.trials, auto_replay.trials
+    # Nothing auto skipped could have beaten its best by more than the noise it allows.
+    best = max(fits(auto[auto["status"] == "ok"], min(budgets))["samples_per_s"])
+    measured = set(zip(auto["checkpointing"], auto["offload"], auto["micro_batch"]))
+    unmeasured = truth[[k not in measured for k in zip(truth["checkpointing"], truth["offload"], truth["micro_batch"])]]
+    assert (fits(unmeasured, min(budgets))["samples_per_s"] <= best * 1.02).all()
+
+
+def test_the_memory_line_is_fitted_and_predicts_the_micro_batch_auto_measures_next():
+    line = fit_line([(4, 8.0), (8, 10.0), (16, 14.0)])
+    assert line.intercept == pytest.approx(6.0) and line.slope == pytest.approx(0.5) and line.certain
+    assert line.largest_fitting([4, 8, 16, 32, 64], 22.0) == 32
+    # One point of another family and the group's fitted intercept: certain, its own slope.
+    lines = fit_families({"a": [(4, 8.0), (8, 10.0)], "b": [(16, 8.0)]}, group_of=lambda f: 0, static_gib=None)
+    assert lines["b"].intercept == pytest.approx(6.0) and lines["b"].slope == pytest.approx(0.125) and lines["b"].certain
+    # Static memory alone is a lower bound of the intercept: that line orders, never rules out.
+    lines = fit_families({"b": [(16, 8.0)]}, group_of=lambda f: 0, static_gib=5.0)
+    assert not lines["b"].certain
+
+    truth = known_workload()
+    configs = [{"checkpointing": c, "precision": "bf16", "micro_batch": m, "offload": o, "allocator": "default"}
+               for c, o, m in itertools.product(CKPT, (False, True), (4, 8, 16, 32, 64))]
+    auto = AutoSearch(configs, [20.0], "throughput", ROI, 64)
+    seen = truth[(truth["checkpointing"] == "none") & ~truth["offload"] & truth["micro_batch"].isin([4, 8])]
+    table = seen.assign(number=range(len(seen)))
+    nxt = auto.propose(table, set())
+    # none: 6 + 0.5 m fits 20 GiB up to m = 28, so the largest micro-batch predicted to fit is 16.
+    assert family_of(nxt) == (0.0, "bf16", False, "default") and nxt["micro_batch"] == 16
+    # Above it the certain line rules micro-batches out: 32 and 64 are never proposed for none.
+    table = truth[(truth["checkpointing"] == "none") & ~truth["offload"] & truth["micro_batch"].isin([4, 8, 16])]
+    for _ in range(20):
+        nxt = auto.propose(table, set())
+        if nxt is None:
+            break
+        assert not (family_of(nxt)[0] == 0.0 and not nxt["offload"] and nxt["micro_batch"] > 16)
+        row = truth[(truth["checkpointing"] == nxt["checkpointing"]) & (truth["offload"] == nxt["offload"])
+                    & (truth["micro_batch"] == nxt["micro_batch"])]
+        table = pd.concat([table, row])
+    assert nxt is None  # auto ends by itself
+
+
+def test_auto_with_the_roi_objective_measures_the_baseline_first():
+    configs = [{"checkpointing": c, "precision": p, "micro_batch": m, "offload": False, "allocator": "default"}
+               for c, p, m in itertools.product(("none", "full"), ("bf16", "fp32"), (8, 16))]
+    auto = AutoSearch(configs, [20.0], "roi", ROI, 16)
+    first = auto.propose(pd.DataFrame(), set())
+    assert (first["checkpointing"], first["precision"], first["micro_batch"]) == ("none", "fp32", 16)
+
+
+SPACE = "checkpointing: [none, full]\nprecision: [fp32]\nmicro_batch: {min: 1, max: 8}\n"
+TINY = ["model=tiny", "device=cpu", "global_batch=8", "seq_len=8", "trial.warmup_steps=1", "trial.measure_steps=2",
+        "trial.repeats=0", "objective=throughput"]
+
+
+@pytest.mark.parametrize("search", ["grid", "random", "tpe", "nsga2", "auto"])
+def test_every_strategy_runs_end_to_end_and_resumes(tmp_path, search):
+    space = tmp_path / "space.yaml"
+    space.write_text(SPACE)  # 2 checkpointing x micro-batches 1, 2, 4, 8: 8 configurations
+    args = [*TINY, f"search={search}", f"search_space.path={space}"]
+    first = run_cli(tmp_path / "run1", *args, "search.n_trials=2")
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "search stopped: search.n_trials=2 reached" in first.stdout
+    assert len(pd.read_csv(tmp_path / "run1" / "trials.csv")) == 2
+    # The same command with a larger limit resumes the study: nothing measured twice.
+    again = run_cli(tmp_path / "run2", *args, "search.n_trials=5")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "resuming study" in again.stdout
+    trials = [t for t in study_trials(tmp_path / "studies.db") if "duplicate_of" not in t.user_attrs
+              and t.state.is_finished()]  # grid's queue keeps what the limit left unrun, WAITING
+    keys = [(t.params["checkpointing"], t.params["micro_batch"]) for t in trials]
+    assert len(keys) == len(set(keys))  # each configuration measured at most once
+    final = pd.read_csv(tmp_path / "run2" / "trials.csv")
+    assert len(final) == len(trials) and set(final["status"]) == {"ok"}
+    expected = 4 if search == "auto" else 5  # auto ends by itself once nothing left could win
+    if search == "auto":
+        assert "search 'auto' ended" in again.stdout and len(final) <= 5
+    else:
+        assert len(final) == expected
+    assert (tmp_path / "run2" / "best.yaml").is_file() and (tmp_path / "run2" / "report.html").is_file()
+    assert all(math.isfinite(v) for v in final["samples_per_s"])
