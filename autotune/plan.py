@@ -137,7 +137,7 @@ def make_plan(cfg: TuneConfig, overridden: frozenset = frozenset()) -> Plan:
     if sc.n_trials is not None and sc.n_trials < 1:
         problems.append(f"search.n_trials={sc.n_trials}: must be >= 1, or null for no limit; e.g. search.n_trials=20")
     if sc.timeout is not None and sc.timeout <= 0:
-        problems.append(f"search.timeout={sc.timeout}: must be > 0 seconds, or null for no limit; e.g. search.timeout=1800")
+        problems.append(f"search.timeout={sc.timeout:g}: must be > 0 seconds, or null for no limit; e.g. search.timeout=1800")
     roi = {k: getattr(cfg.roi, k) for k in ("memory_price_per_gib_hour", "compute_price_per_hour", "workload_samples")}
     for key in ("memory_price_per_gib_hour", "compute_price_per_hour"):
         if roi[key] < 0:
