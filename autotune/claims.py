@@ -33,10 +33,14 @@ HEARTBEAT_S = 20.0
 STALE_S = 6 * HEARTBEAT_S  # another host's trial counts as orphaned after this much silence
 
 
+def params_of(t: FrozenTrial) -> dict:
+    """A trial's configuration: its parameters, or for a queued trial the ones it will take."""
+    return t.params or t.system_attrs.get("fixed_params", {})
+
+
 def config_key(t: FrozenTrial) -> tuple:
     """What makes two trials the same measurement: the configuration and the repeat index."""
-    params = t.params or t.system_attrs.get("fixed_params", {})
-    return tuple(sorted(params.items())) + (("repeat", t.user_attrs.get("repeat", 0)),)
+    return tuple(sorted(params_of(t).items())) + (("repeat", t.user_attrs.get("repeat", 0)),)
 
 
 def is_duplicate(t: FrozenTrial) -> bool:

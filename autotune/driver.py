@@ -25,8 +25,8 @@ import optuna
 from autotune.plan import Plan
 from autotune.runner import run_trial
 from autotune.space import skip_reason
-from autotune.claims import Heartbeat, claim, cut_short, duplicate_of, enqueue_missing, is_duplicate, recover
-from autotune.search import make_search
+from autotune.claims import Heartbeat, cut_short, duplicate_of, enqueue_missing, is_duplicate, recover
+from autotune.search import QueueSearch, make_search
 from autotune.storage import open_study
 from autotune.table import trials_table
 from autotune.strategy import Strategy, allocator_env
@@ -124,13 +124,6 @@ def trials_run(study: optuna.Study) -> int:
                and t.user_attrs.get("status") not in ("skipped", "pruned", "interrupted"))
 
 
-class _QueueOnly:
-    """Run what is queued (re-measurements), propose nothing."""
-
-    def next_trial(self, study):
-        return claim(study)
-
-
 def measure_queue(study: optuna.Study, plan: Plan, run_dir: Path, search=None, stopping: Optional[Stopping] = None,
                   on_trial: Callable[[str], None] = log.info, runner=run_trial, of: Optional[int] = None) -> None:
     """Run the search's trials until it has nothing left (or a limit is reached) and no
@@ -139,9 +132,8 @@ def measure_queue(study: optuna.Study, plan: Plan, run_dir: Path, search=None, s
     Trials other drivers run are waited for (a dead driver's trial is recovered and retried
     here), so when this returns the study holds a final state for every trial it started.
     """
-    search = search or _QueueOnly()
-    choices = plan.space.grid(plan.global_batch)
-    choices["micro_batch"] = plan.micro_batches
+    search = search or QueueSearch("queued", [])
+    choices = plan.choices
     waiting_said = False
     while True:
         trial = None if stopping is not None and stopping.reached(study) else search.next_trial(study)
@@ -225,8 +217,7 @@ def oom_at_smaller_micro_batch(study: optuna.Study, params: dict):
 
 
 def grid_configs(plan: Plan) -> list:
-    grid = plan.space.grid(plan.global_batch)
-    grid["micro_batch"] = plan.micro_batches
+    grid = plan.choices
     return [dict(zip(grid, values)) for values in itertools.product(*grid.values())]
 
 
@@ -243,9 +234,7 @@ def run_study(plan: Plan, run_dir: Path, storage: str, on_trial: Callable[[str],
     configs = grid_configs(plan)
     d = plan.device
     runnable = [c for c in configs if not skip_reason(strategy_of(c, plan.global_batch), d.precisions, d.unsupported, d.kind)]
-    choices = plan.space.grid(plan.global_batch)
-    choices["micro_batch"] = plan.micro_batches
-    search = make_search(plan.search, configs, runnable, choices, plan)
+    search = make_search(plan.search, configs, runnable, plan.choices, plan)
     study = open_study(plan.study_name, storage, getattr(search, "sampler", None)
                        or optuna.samplers.RandomSampler(seed=plan.seed))
     retried = recover(study)

@@ -54,6 +54,11 @@ class Plan:
     reductions: List[str] = field(default_factory=list)  # what a CPU run shrank, for the log and report
 
     @property
+    def choices(self) -> Dict[str, list]:
+        """Each dimension with its values (micro-batches: the divisors the space allows)."""
+        return self.space.grid(self.global_batch)
+
+    @property
     def reduced(self) -> bool:
         return bool(self.reductions)
 

@@ -28,8 +28,7 @@ def _overridden_keys(overrides) -> frozenset:
 
 def _describe(plan: Plan) -> None:
     d = plan.device
-    grid = plan.space.grid(plan.global_batch)
-    grid["micro_batch"] = plan.micro_batches
+    grid = plan.choices
     n = math.prod(len(v) for v in grid.values())
     log.info(f"device: {d.name} ({d.kind}, {d.memory_gib:.1f} GiB); budget "
              + ", ".join(f"{b:.1f}" for b in plan.budgets) + " GiB"

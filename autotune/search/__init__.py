@@ -18,19 +18,16 @@ from typing import List, Optional
 
 import optuna
 
-from autotune.claims import claim, enqueue_missing
+from autotune.claims import claim, enqueue_missing, params_of
 from autotune.search.auto import AutoSearch, family_of
 from autotune.table import trials_table
 
 STRATEGIES = ("auto", "grid", "random", "tpe", "nsga2")
 
 
-def config_key(params: dict) -> tuple:
-    return family_of(params), int(params["micro_batch"])
-
-
 class QueueSearch:
-    """Grid and auto: configurations go into the study's queue, then are claimed from it."""
+    """Grid and auto: configurations go into the study's queue, then are claimed from it.
+    With no configurations and no auto, it only runs what is queued (re-measurements)."""
 
     def __init__(self, name: str, configs: List[dict], auto: Optional[AutoSearch] = None):
         self.name, self.configs, self.auto = name, configs, auto
@@ -43,10 +40,8 @@ class QueueSearch:
         trial = claim(study)
         if trial is not None or self.auto is None:
             return trial
-        pending = {config_key(t.params or t.system_attrs.get("fixed_params", {}))
-                   for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,
-                                                                      optuna.trial.TrialState.RUNNING))
-                   if (t.params or t.system_attrs.get("fixed_params"))}
+        live = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING, optuna.trial.TrialState.RUNNING))
+        pending = {(family_of(p), int(p["micro_batch"])) for t in live if (p := params_of(t))}
         proposal = self.auto.propose(trials_table(study), pending)
         if proposal is None:
             return None

@@ -176,6 +176,7 @@ class AutoSearch:
             base = self._baseline_config()
             if base is not None and not {(family_of(base), base["micro_batch"])} & (set(measured) | pending):
                 return base
+        baselines = {b: find_baseline(table, self.global_batch, b) if not table.empty else None for b in self.budgets}
         thresholds = {b: self._threshold(table, b) for b in self.budgets}
         worth: Dict[Tuple[tuple, int], float] = {}
         for c in self.configs:
@@ -187,7 +188,7 @@ class AutoSearch:
             for b in self.budgets:
                 if self._infeasible(fam, m, b, measured, lines.get(fam)):
                     continue
-                value = self._optimistic(self._lowest_peak(fam, m, measured, lines.get(fam), lines), ub, b, table)
+                value = self._optimistic(self._lowest_peak(fam, m, measured, lines.get(fam), lines), ub, baselines[b])
                 gain = value - thresholds[b]
                 if gain > 0:
                     worth[key] = max(worth.get(key, -INF), gain)
@@ -236,11 +237,10 @@ class AutoSearch:
         return objective_value(self.objective, float(best["peak_memory_gib"]),
                                float(best["samples_per_s"]) * (1 + noise), baseline, self.roi)
 
-    def _optimistic(self, peak_lo: float, speed_ub: float, budget: float, table: pd.DataFrame) -> float:
+    def _optimistic(self, peak_lo: float, speed_ub: float, baseline) -> float:
         """The highest objective a config with peak >= peak_lo and speed <= speed_ub could reach."""
         if self.objective != "roi":
             return speed_ub
-        baseline = find_baseline(table, self.global_batch, budget) if not table.empty else None
         if baseline is None:
             return INF
         saved_value = (baseline.peak_memory_gib - peak_lo) * self.roi["memory_price_per_gib_hour"]

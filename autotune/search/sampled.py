@@ -15,7 +15,7 @@ import optuna
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 
-from autotune.claims import claim, config_key, cut_short, is_duplicate, own
+from autotune.claims import claim, cut_short, is_duplicate, own, params_of
 
 SAMPLERS = {
     "random": lambda seed: optuna.samplers.RandomSampler(seed=seed),
@@ -42,7 +42,7 @@ class SampledSearch:
         if queued is not None:
             return queued
         for _ in range(20 * len(self.keys)):
-            held = {config_key(t)[:-1]: t for t in study.get_trials(deepcopy=False) if _holds_config(t)}
+            held = {tuple(sorted(params_of(t).items())): t for t in study.get_trials(deepcopy=False) if _holds_config(t)}
             if not self.keys - set(held):
                 return None  # every configuration is measured, queued or running
             trial = study.ask(self.distributions)
