@@ -65,6 +65,9 @@ class TrialConfig:
     # Fresh-process re-measurements of each close contender (the top two, and any other
     # within the measured spread of the top one) before the winner is named; 0: none.
     repeats: int = 1
+    # Run consecutive trials in one warm worker process (restarted after any failure)
+    # instead of a fresh process each: saves the start-up (imports, CUDA context).
+    reuse_worker: bool = False
     lr: float = 1e-4  # AdamW learning rate
     seed: int = 0
 

@@ -23,7 +23,7 @@ from typing import Callable, Optional
 import optuna
 
 from autotune.plan import Plan
-from autotune.runner import run_trial
+from autotune.runner import WarmWorker, run_trial
 from autotune.space import skip_reason
 from autotune.claims import Heartbeat, cut_short, duplicate_of, enqueue_missing, is_duplicate, recover
 from autotune.search import QueueSearch, make_search
@@ -244,8 +244,13 @@ def run_study(plan: Plan, run_dir: Path, storage: str, on_trial: Callable[[str],
         on_trial(f"resuming study '{plan.study_name}': {done_before} trial(s) finished, {added} new "
                  f"configuration(s), {len(retried)} retried")
     stopping = Stopping(plan.n_trials, plan.search_timeout_s)
-    measure_queue(study, plan, run_dir, search, stopping, on_trial, runner,
-                  of=None if plan.search == "grid" else len(configs))
+    warm = WarmWorker() if plan.reuse_worker and runner is run_trial else None
+    try:
+        measure_queue(study, plan, run_dir, search, stopping, on_trial, warm or runner,
+                      of=None if plan.search == "grid" else len(configs))
+    finally:
+        if warm is not None:
+            warm.close()
     if stopping.reason:
         on_trial(f"search stopped: {stopping.reason}; the same command with a larger limit resumes it")
     elif plan.search != "grid":
@@ -261,5 +266,5 @@ def run_study(plan: Plan, run_dir: Path, storage: str, on_trial: Callable[[str],
         if picked:
             on_trial(f"re-measuring {len(picked)} close contender(s) {plan.repeats} more time(s) each, "
                      "in fresh processes")
-        measure_queue(study, plan, run_dir, None, None, on_trial, runner)
+        measure_queue(study, plan, run_dir, None, None, on_trial, runner)  # fresh processes, even with a worker
     return study

@@ -86,6 +86,9 @@ class CpuMemory:
                 "cpu_memory_method": self.method}
 
 
+_CONTEXT: dict = {}  # device index -> (NVML used before this process's context, the context's size)
+
+
 class CudaMemory:
     device = "cuda"
     separate_window = False  # the peak covers the timed steps themselves
@@ -93,12 +96,15 @@ class CudaMemory:
     def __init__(self, index: int) -> None:
         self.index = index
         self.handle = nvml_handle(index)
-        self.nvml_before = nvml_used_bytes(self.handle)  # other processes' use, before our context
+        if index not in _CONTEXT:  # a warm worker's later trials reuse its first figures
+            nvml_before = nvml_used_bytes(self.handle)  # other processes' use, before our context
+            torch.cuda.set_device(index)
+            torch.empty(1, device=f"cuda:{index}")  # creates the context
+            torch.cuda.synchronize()
+            after = nvml_used_bytes(self.handle)
+            _CONTEXT[index] = (nvml_before, None if after is None else after - nvml_before - torch.cuda.memory_reserved())
         torch.cuda.set_device(index)
-        torch.empty(1, device=f"cuda:{index}")  # creates the context
-        torch.cuda.synchronize()
-        after = nvml_used_bytes(self.handle)
-        self.context = None if after is None else after - self.nvml_before - torch.cuda.memory_reserved()
+        self.nvml_before, self.context = _CONTEXT[index]
 
     def limit(self, budget_gib: float) -> dict:
         """Simulate a card of ``budget_gib``: cap this process's caching allocator at the

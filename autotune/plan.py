@@ -49,6 +49,7 @@ class Plan:
     study_name: str
     storage: Optional[str]
     search: str = "auto"  # the search strategy (autotune.search)
+    reuse_worker: bool = False  # consecutive trials in one warm worker (runner.WarmWorker)
     n_trials: Optional[int] = None
     search_timeout_s: Optional[float] = None
     reductions: List[str] = field(default_factory=list)  # what a CPU run shrank, for the log and report
@@ -143,6 +144,10 @@ def make_plan(cfg: TuneConfig, overridden: frozenset = frozenset()) -> Plan:
         problems.append(f"search.n_trials={sc.n_trials}: must be >= 1, or null for no limit; e.g. search.n_trials=20")
     if sc.timeout is not None and sc.timeout <= 0:
         problems.append(f"search.timeout={sc.timeout:g}: must be > 0 seconds, or null for no limit; e.g. search.timeout=1800")
+    if t.reuse_worker and device is not None and device.kind != "cuda":
+        problems.append("trial.reuse_worker=true: only for CUDA runs. A CPU trial's memory is its process's peak RSS, "
+                        "which a reused process does not measure as a fresh one does (a tiny MLP: 0.0004 GiB in a "
+                        "warm worker against 0.085 GiB fresh); leave it false on CPU")
     roi = {k: getattr(cfg.roi, k) for k in ("memory_price_per_gib_hour", "compute_price_per_hour", "workload_samples")}
     for key in ("memory_price_per_gib_hour", "compute_price_per_hour"):
         if roi[key] < 0:
@@ -201,4 +206,4 @@ def make_plan(cfg: TuneConfig, overridden: frozenset = frozenset()) -> Plan:
         timeout_s=t.timeout_s if t.timeout_s is not None else default_timeout(t.warmup_steps, t.measure_steps),
         study_name=cfg.study_name or default_study_name(cfg.model.name, cfg.search_space.name, budgets, measured),
         storage=cfg.storage, reductions=reductions, search=sc.strategy, n_trials=sc.n_trials,
-        search_timeout_s=sc.timeout)
+        search_timeout_s=sc.timeout, reuse_worker=t.reuse_worker)

@@ -15,6 +15,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
+from typing import Optional
 
 import torch  # noqa: E402
 
@@ -151,12 +152,9 @@ def _write(path: Path, result: dict) -> None:
     os.replace(tmp, path)  # atomic: the driver never reads half a result
 
 
-def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1:
-        print("usage: python -m autotune.trial SPEC.json", file=sys.stderr)
-        return 2
-    spec_path = Path(argv[0])
+def run_spec_file(spec_path: Path, extra: Optional[dict] = None) -> dict:
+    """Run the trial ``spec_path`` describes and write its result file; never raises for trial
+    faults. ``extra``: fields added to the result (the warm worker's trial count)."""
     spec = json.loads(spec_path.read_text())
     result_path = Path(spec.get("result") or spec_path.with_name("result.json"))
     try:
@@ -172,8 +170,18 @@ def main(argv=None) -> int:
         # context for good: the trial is a crash, and the process ends here.
         status = "crash" if _is_sticky_cuda_error(e) else "error"
         result = {"status": status, "cause": f"{type(e).__name__}: {e}"[:1000]}
+    result.update(pid=os.getpid(), **(extra or {}))
     _write(result_path, result)
     print(json.dumps({k: result.get(k) for k in ("status", "cause", "peak_memory_gib", "samples_per_s")}))
+    return result
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python -m autotune.trial SPEC.json", file=sys.stderr)
+        return 2
+    run_spec_file(Path(argv[0]))
     return 0
 
 

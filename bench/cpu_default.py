@@ -1,14 +1,16 @@
 """Time the CPU default run and check what issue "end to end" asks of it.
 
-    python bench/cpu_default.py            # runs: python -m autotune model=bert
+    python bench/cpu_default.py              # runs: python -m autotune model=bert
+    python bench/cpu_default.py search=grid  # the same with extra overrides
 
 Runs the command as a user would (from the project root, into a fresh run directory under
-outputs/bench/), then checks: exit code 0 within 180 s, every output file written,
-trials.csv covering every checkpointing value of the default space (none, half the blocks,
-full) x every precision the device runs x >= 3 micro-batches with micro_batch x
-accumulation = global_batch on every row, and at the largest micro-batch peak memory
-falling from none to half to full checkpointing. Prints a JSON
-summary; exits 1 when a check fails.
+outputs/bench/), then checks: exit code 0 within 180 s, every output file written, and
+micro_batch x accumulation = global_batch on every row. With the default search (auto) it
+also checks that the search ended by itself; with search=grid, that trials.csv covers
+every checkpointing value of the default space (none, half the blocks, full) x every
+precision the device runs x >= 3 micro-batches, and that at the largest micro-batch peak
+memory falls from none to half to full checkpointing. Prints a JSON summary; exits 1 when
+a check fails.
 """
 from __future__ import annotations
 
@@ -44,14 +46,16 @@ def main() -> int:
     run_dir = ROOT / "outputs" / "bench" / time.strftime("cpu-default-%Y%m%d-%H%M%S")
     # A study storage of its own, so the run starts afresh as on a new machine (the default
     # storage, outputs/autotune.db, would resume an earlier benchmark's study).
-    cmd = [sys.executable, "-m", "autotune", "model=bert", f"hydra.run.dir={run_dir}",
+    extra = sys.argv[1:]
+    grid = "search=grid" in extra
+    cmd = [sys.executable, "-m", "autotune", "model=bert", *extra, f"hydra.run.dir={run_dir}",
            f"storage=sqlite:///{run_dir / 'bench-study.db'}"]
     start = time.perf_counter()
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     elapsed = time.perf_counter() - start
     checks = {"exit_code_0": proc.returncode == 0, f"within_{LIMIT_S}_s": elapsed <= LIMIT_S}
     checks["files_written"] = all((run_dir / f).is_file() for f in FILES)
-    summary = {"command": "python -m autotune model=bert", "elapsed_s": round(elapsed, 1),
+    summary = {"command": " ".join(["python -m autotune model=bert", *extra]), "elapsed_s": round(elapsed, 1),
                "date": time.strftime("%Y-%m-%d"), "machine": _machine(),
                "run_dir": str(run_dir.relative_to(ROOT))}
     if (run_dir / "trials.csv").is_file():
@@ -60,6 +64,12 @@ def main() -> int:
         global_batch = yaml.safe_load((run_dir / "best.yaml").read_text())["global_batch"]
         summary["global_batch"] = global_batch
         checks["micro_batch_x_accumulation_is_global"] = bool((t["micro_batch"] * t["accumulation"] == global_batch).all())
+        summary["trials"] = t["status"].value_counts().to_dict()
+        if not grid:
+            checks["search_ended_by_itself"] = "search 'auto' ended" in proc.stdout
+            summary["search"] = next((line for line in proc.stdout.splitlines() if line.startswith("search '")), None)
+            summary["best"] = next((line for line in proc.stdout.splitlines() if line.startswith("best by")), None)
+    if grid and (run_dir / "trials.csv").is_file():
         checks["every_checkpointing_x_precisions_x_3_micro_batches"] = bool(
             len(ok) and all(len(set(g["micro_batch"])) >= 3 for _, g in ok.groupby(["checkpointing", "precision"]))
             and set(ok["checkpointing"].astype(str)) == {"none", "0.5", "full"})
@@ -70,7 +80,6 @@ def main() -> int:
             lower.append(peak["full"] < peak["0.5"] < peak["none"])
             summary[f"peak_gib_mb{biggest}_{prec}"] = {k: round(peak[k], 4) for k in ("none", "0.5", "full")}
         checks["checkpointing_lowers_peak_at_largest_micro_batch"] = bool(lower) and all(lower)
-        summary["trials"] = t["status"].value_counts().to_dict()
     summary["checks"] = checks
     print(json.dumps(summary, indent=1))
     if proc.returncode != 0:

@@ -144,3 +144,22 @@ def test_after_a_real_oom_the_next_trial_measures_like_a_fresh_one(tmp_path):
     assert first["status"] == after["status"] == "ok"
     assert after["peak_allocated_gib"] == pytest.approx(first["peak_allocated_gib"], rel=0.01)
     assert after["peak_reserved_gib"] == pytest.approx(first["peak_reserved_gib"], rel=0.05)
+
+
+def test_a_warm_worker_measures_like_a_fresh_process(tmp_path):
+    from autotune.runner import WarmWorker
+
+    clean = cuda_spec("none", "bf16", 32)
+    fresh = run_trial(clean, tmp_path / "fresh", 300, env=trial_env())
+    worker = WarmWorker()
+    try:
+        other = worker(cuda_spec("full", "fp32", 64), tmp_path / "w0", 300, env=trial_env())  # a different trial first
+        warm = worker(clean, tmp_path / "w1", 300, env=trial_env())
+    finally:
+        worker.close()
+    assert fresh["status"] == other["status"] == warm["status"] == "ok"
+    assert warm["pid"] == other["pid"] and warm["worker_trial"] == 1
+    assert warm["peak_allocated_gib"] == pytest.approx(fresh["peak_allocated_gib"], rel=0.01)
+    assert warm["peak_reserved_gib"] == pytest.approx(fresh["peak_reserved_gib"], rel=0.05)
+    assert warm["device_peak_gib"] == pytest.approx(fresh["device_peak_gib"], rel=0.05)
+    assert warm["num_alloc_retries"] == fresh["num_alloc_retries"]
