@@ -18,6 +18,7 @@ from __future__ import annotations
 import ctypes
 import resource
 import statistics
+import time
 from typing import List, Optional
 
 import torch
@@ -106,11 +107,15 @@ class CudaMemory:
         torch.cuda.set_device(index)
         self.nvml_before, self.context = _CONTEXT[index]
 
-    def limit(self, budget_gib: float) -> dict:
+    def limit(self, budget_gib: Optional[float]) -> dict:
         """Simulate a card of ``budget_gib``: cap this process's caching allocator at the
         budget less the CUDA context, so a trial that would not fit such a card runs out of
         memory here too. Not simulated: the other card's speed, and memory other processes
-        or the driver would hold on it."""
+        or the driver would hold on it. ``None`` lifts a cap an earlier trial of a warm
+        worker set."""
+        if not budget_gib:
+            torch.cuda.set_per_process_memory_fraction(1.0, self.index)
+            return {}
         total = torch.cuda.get_device_properties(self.index).total_memory
         cap = budget_gib * GIB - (self.context or 0)
         torch.cuda.set_per_process_memory_fraction(max(0.0, min(1.0, cap / total)), self.index)
@@ -143,6 +148,30 @@ class CudaMemory:
         else:
             out["device_peak_gib"] = reserved / GIB
         return out
+
+
+_LINK: dict = {}  # device index -> host link GiB/s, measured once per process
+
+
+def host_link_gib_s(index: int, size_mib: int = 256, repeats: int = 3) -> float:
+    """The fastest copy between pinned host memory and device ``index`` seen in either
+    direction, in GiB/s: the rate offload's copies can reach at best. Measured once per
+    process; the buffers are freed and the allocator's cache emptied before the trial."""
+    if index not in _LINK:
+        host = torch.empty(size_mib << 20, dtype=torch.uint8, pin_memory=True)
+        dev = torch.empty_like(host, device=f"cuda:{index}")
+        best = 0.0
+        for _ in range(repeats):
+            for dst, src in ((dev, host), (host, dev)):
+                torch.cuda.synchronize(index)
+                t = time.perf_counter()
+                dst.copy_(src)
+                torch.cuda.synchronize(index)
+                best = max(best, (size_mib / 1024) / (time.perf_counter() - t))
+        del host, dev
+        torch.cuda.empty_cache()
+        _LINK[index] = best
+    return _LINK[index]
 
 
 def memory_probe(device: str):

@@ -144,7 +144,7 @@ def make_plan(cfg: TuneConfig, overridden: frozenset = frozenset()) -> Plan:
         problems.append(f"search.n_trials={sc.n_trials}: must be >= 1, or null for no limit; e.g. search.n_trials=20")
     if sc.timeout is not None and sc.timeout <= 0:
         problems.append(f"search.timeout={sc.timeout:g}: must be > 0 seconds, or null for no limit; e.g. search.timeout=1800")
-    if t.reuse_worker and device is not None and device.kind != "cuda":
+    if t.reuse_worker is True and device is not None and device.kind != "cuda":
         problems.append("trial.reuse_worker=true: only for CUDA runs. A CPU trial's memory is its process's peak RSS, "
                         "which a reused process does not measure as a fresh one does (a tiny MLP: 0.0004 GiB in a "
                         "warm worker against 0.085 GiB fresh); leave it false on CPU")
@@ -206,4 +206,5 @@ def make_plan(cfg: TuneConfig, overridden: frozenset = frozenset()) -> Plan:
         timeout_s=t.timeout_s if t.timeout_s is not None else default_timeout(t.warmup_steps, t.measure_steps),
         study_name=cfg.study_name or default_study_name(cfg.model.name, cfg.search_space.name, budgets, measured),
         storage=cfg.storage, reductions=reductions, search=sc.strategy, n_trials=sc.n_trials,
-        search_timeout_s=sc.timeout, reuse_worker=t.reuse_worker)
+        search_timeout_s=sc.timeout,
+        reuse_worker=t.reuse_worker if t.reuse_worker is not None else device.kind == "cuda")

@@ -16,7 +16,8 @@ import pandas as pd
 from autotune.strategy import checkpoint_label
 
 _KEEP = ("status", "cause", "peak_memory_gib", "device_peak_gib", "cuda_context_gib", "peak_allocated_gib",
-         "peak_reserved_gib", "samples_per_s", "time_spread", "step_time_s", "static_gib", "pruned_by")
+         "peak_reserved_gib", "samples_per_s", "time_spread", "step_time_s", "static_gib", "pruned_by",
+         "saved_gib", "saved_per_sample_gib", "host_link_gib_s")
 
 
 def _key(checkpointing, precision, micro_batch, offload, allocator) -> tuple:

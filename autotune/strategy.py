@@ -9,7 +9,7 @@ import contextlib
 import functools
 import math
 from dataclasses import asdict, dataclass
-from typing import Iterable, List, Sequence
+from typing import Iterable, List, Optional, Sequence
 
 import torch
 import torch.utils.checkpoint
@@ -132,10 +132,25 @@ def offload_context(offload: bool, device_type: str):
     return torch.autograd.graph.save_on_cpu(pin_memory=device_type == "cuda")
 
 
+def saved_bytes_counter(total: list):
+    """Hooks in offload's place that add to ``total[0]`` the bytes of every tensor autograd
+    saves and leave the tensor where it is: what ``save_on_cpu`` would copy to the host (and
+    back), since it copies each saved tensor once per save, at this same level."""
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        total[0] += t.numel() * t.element_size()
+        return t
+
+    return torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
+
+
 @contextlib.contextmanager
-def forward_context(strategy: Strategy, device_type: str):
-    """What wraps each micro-step's forward: the precision and, if tuned, the offload."""
-    with offload_context(strategy.offload, device_type), autocast_context(strategy.precision, device_type):
+def forward_context(strategy: Strategy, device_type: str, count_saved: Optional[list] = None):
+    """What wraps each micro-step's forward: the precision and, if tuned, the offload.
+    ``count_saved`` (a one-item list), for a configuration without offload: sum up what
+    offload would move (``saved_bytes_counter``)."""
+    outer = (saved_bytes_counter(count_saved) if count_saved is not None and not strategy.offload
+             else offload_context(strategy.offload, device_type))
+    with outer, autocast_context(strategy.precision, device_type):
         yield
 
 

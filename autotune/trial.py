@@ -19,7 +19,7 @@ from typing import Optional
 
 import torch  # noqa: E402
 
-from autotune.measure import memory_growth_gib, memory_probe, step_time_stats  # noqa: E402
+from autotune.measure import host_link_gib_s, memory_growth_gib, memory_probe, step_time_stats  # noqa: E402
 from autotune.strategy import Strategy, apply_checkpointing, forward_context, make_scaler  # noqa: E402
 
 
@@ -32,11 +32,13 @@ def resolve_builder(target: str):
     return getattr(module, attr)
 
 
-def optimizer_step(workload, batch, strategy: Strategy, optimizer, scaler, device_type: str) -> torch.Tensor:
-    """One optimizer step of ``strategy.accumulation`` micro-steps; returns the mean loss."""
+def optimizer_step(workload, batch, strategy: Strategy, optimizer, scaler, device_type: str,
+                   count_saved: Optional[list] = None) -> torch.Tensor:
+    """One optimizer step of ``strategy.accumulation`` micro-steps; returns the mean loss.
+    ``count_saved``: add up the bytes autograd saves (``strategy.saved_bytes_counter``)."""
     total = torch.zeros((), device=batch_device(batch))
     for _ in range(strategy.accumulation):
-        with forward_context(strategy, device_type):
+        with forward_context(strategy, device_type, count_saved):
             loss = workload.loss(workload.model, batch) / strategy.accumulation
         scaler.scale(loss).backward()
         total += loss.detach().float()
@@ -44,6 +46,17 @@ def optimizer_step(workload, batch, strategy: Strategy, optimizer, scaler, devic
     scaler.update()
     optimizer.zero_grad(set_to_none=True)
     return total
+
+
+def saved_bytes_at_one_sample(workload, strategy: Strategy, device: torch.device, device_type: str) -> int:
+    """Bytes autograd saves in a forward over one sample (graph dropped, no backward): with
+    the count at the trial's micro-batch, the line saved(m) = weights + per-sample x m."""
+    count = [0]
+    batch = workload.make_batch(1, device)
+    with forward_context(strategy, device_type, count):
+        loss = workload.loss(workload.model, batch)
+    del loss, batch
+    return count[0]
 
 
 def batch_device(batch):
@@ -62,11 +75,13 @@ def run(spec: dict) -> dict:
 
     builder = resolve_builder(spec["model"]["target"])
     probe = memory_probe(device)  # after imports (and CUDA start-up), before the model
-    limits = probe.limit(spec["memory_cap_gib"]) if spec.get("memory_cap_gib") and device_type == "cuda" else {}
+    limits = probe.limit(spec.get("memory_cap_gib")) if device_type == "cuda" else {}
     # From the driver's launch (interpreter, imports, CUDA context) to here.
     timings["startup_s"] = time.time() - spec.get("launched_at", time.time())
 
     t = time.perf_counter()
+    # What offload's copies to the host and back could run at: bounds an offload config's speed.
+    link = {"host_link_gib_s": host_link_gib_s(probe.index)} if device_type == "cuda" else {}
     torch.manual_seed(spec.get("seed", 0))
     try:
         workload = builder(device=device, seq_len=spec["seq_len"], **spec["model"].get("config", {}))
@@ -85,13 +100,18 @@ def run(spec: dict) -> dict:
     sync()
     timings["build_s"] = time.perf_counter() - t
 
-    def step() -> float:
-        return float(optimizer_step(workload, batch, strategy, optimizer, scaler, device_type))  # synchronises
+    saved = [0]  # bytes autograd saves in the first step: what offload would move (none if offload is on)
+    saved_at_one = (saved_bytes_at_one_sample(workload, strategy, torch.device(device), device_type)
+                    if not strategy.offload and strategy.micro_batch > 1 else None)
+
+    def step(count_saved: Optional[list] = None) -> float:
+        return float(optimizer_step(workload, batch, strategy, optimizer, scaler, device_type,
+                                    count_saved))  # synchronises
 
     memory = None
     if probe.separate_window:  # CPU: a step to create the optimizer state, then the memory step
         t = time.perf_counter()
-        step()
+        step(saved)
         timings["first_step_s"] = time.perf_counter() - t
         probe.start_window()
         step()
@@ -105,7 +125,8 @@ def run(spec: dict) -> dict:
             probe.start_window()
         sync()
         t = time.perf_counter()
-        loss = step()
+        count = saved if i == 0 and i < warmup and memory is None else None  # the hooks: in one untimed step
+        loss = step(count)
         sync()
         dt = time.perf_counter() - t
         timings.setdefault("first_step_s", dt)
@@ -128,7 +149,12 @@ def run(spec: dict) -> dict:
     result = {"status": status, "cause": cause, "device": device_type, "n_checkpointed": n_ckpt,
               "n_blocks": len(workload.blocks), "losses": losses, "step_times_s": step_times, "timings": timings,
               "allocator_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""), "static_gib": static_bytes / 2**30,
-              **limits}
+              **limits, **link}
+    if not strategy.offload and (probe.separate_window or warmup > 0):  # counted, per micro-step
+        result["saved_gib"] = saved[0] / strategy.accumulation / 2**30
+        if saved_at_one is not None:
+            per_sample = (saved[0] / strategy.accumulation - saved_at_one) / (strategy.micro_batch - 1)
+            result["saved_per_sample_gib"] = per_sample / 2**30
     result.update(memory or probe.finish())
     result.update(step_time_stats(step_times, strategy.global_batch))
     result["memory_growth_gib"] = memory_growth_gib(in_use)

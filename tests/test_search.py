@@ -24,21 +24,36 @@ ROI = {"memory_price_per_gib_hour": 0.025, "compute_price_per_hour": 3.5, "workl
 CKPT = {"none": 0.0, "0.5": 0.5, "full": 1.0}
 
 
-def known_workload(intercept=6.0, act=0.5, launch=0.02, per_sample=0.003, recompute=0.3, offload_cost=3.0):
+def known_workload(intercept=6.0, act=0.5, launch=0.02, per_sample=0.003, recompute=0.3, offload_cost=3.0,
+                   link_gib_s=None, weights_saved=0.3):
     """A trials table of known figures for every configuration: peak = intercept + slope x
     micro-batch (checkpointing and offload shrink the slope), and a step time of launch
-    overhead plus per-sample compute (checkpointing recomputes, offload copies)."""
+    overhead plus per-sample compute (checkpointing recomputes, offload copies).
+
+    With ``link_gib_s``, offload follows the copy physics instead: each micro-step copies the
+    saved bytes (the weights plus 0.9 of the activation slope per sample) to the host and
+    back over that link, after its compute; runs without offload report those bytes
+    (``saved_gib``) and the link (``host_link_gib_s``), as CUDA trials do."""
     rows = []
     for n, (ckpt, off, mb) in enumerate(itertools.product(CKPT, (False, True), (4, 8, 16, 32, 64))):
         f = CKPT[ckpt]
         slope = act * (1 - 0.8 * f) * (0.1 if off else 1.0)
-        micro_step = launch + mb * per_sample * (1 + recompute * f) * (offload_cost * (1 - 0.5 * f) if off else 1.0)
+        compute = launch + mb * per_sample * (1 + recompute * f)
+        saved = weights_saved + 0.9 * act * (1 - 0.8 * f) * mb
+        if link_gib_s is None:
+            micro_step = launch + mb * per_sample * (1 + recompute * f) * (offload_cost * (1 - 0.5 * f) if off else 1.0)
+        else:
+            micro_step = compute + (2 * saved / link_gib_s if off else 0.0)
         sps = 64 / ((64 // mb) * micro_step)
         rows.append({"number": n, "status": "ok", "checkpointing": ckpt, "precision": "bf16", "micro_batch": mb,
                      "accumulation": 64 // mb, "offload": off, "allocator": "default",
                      "peak_memory_gib": intercept + slope * mb, "device_peak_gib": intercept + slope * mb,
                      "samples_per_s": sps, "time_spread": 0.01, "static_gib": intercept - 1.0, "wall_s": 10.0,
                      "startup_s": 1.0, "build_s": 0.5, "first_step_s": 0.5})
+        if link_gib_s is not None:
+            rows[-1]["host_link_gib_s"] = link_gib_s
+            if not off:
+                rows[-1].update(saved_gib=saved, saved_per_sample_gib=0.9 * act * (1 - 0.8 * f))
     return pd.DataFrame(rows)
 
 
@@ -94,6 +109,44 @@ def test_auto_finds_the_grids_best_with_a_fraction_of_its_trials(budgets):
     measured = set(zip(auto["checkpointing"], auto["offload"], auto["micro_batch"]))
     unmeasured = truth[[k not in measured for k in zip(truth["checkpointing"], truth["offload"], truth["micro_batch"])]]
     assert (fits(unmeasured, min(budgets))["samples_per_s"] <= best * 1.02).all()
+
+
+@pytest.mark.parametrize("budget", [8.0, 12.0, 20.0])  # budgets where the blind search measures offload
+def test_offload_configs_the_copies_rule_out_are_never_measured(budget):
+    truth = known_workload(link_gib_s=50.0)
+    blind, blind_replay, _ = replayed(truth.drop(columns=["saved_gib", "saved_per_sample_gib", "host_link_gib_s"]),
+                                      [budget], "auto")
+    auto, auto_replay, _ = replayed(truth, [budget], "auto")
+    want = per_budget(replayed(truth, [budget], "grid")[0], 64, [budget], ROI, "throughput")[0]
+    got = per_budget(auto, 64, [budget], ROI, "throughput")[0]
+    best = want.scored.loc[want.best, "samples_per_s"]
+    assert got.scored.loc[got.best, "samples_per_s"] >= 0.98 * best
+    offload = lambda t: int((t["offload"] & (t["status"] == "ok")).sum())  # noqa: E731
+    assert offload(auto) < offload(blind) and auto_replay.trials < blind_replay.trials
+    # Every offload config left unmeasured was slower than the best: the bound was sound.
+    measured = set(zip(auto["checkpointing"], auto["offload"], auto["micro_batch"]))
+    unmeasured = pd.Series([k not in measured for k in zip(truth["checkpointing"], truth["offload"],
+                                                           truth["micro_batch"])], index=truth.index)
+    skipped = truth[truth["offload"] & unmeasured]
+    assert len(skipped) > 0 and (skipped["samples_per_s"] <= best * 1.02).all()
+
+
+def test_the_copies_bound_an_offload_family_from_its_twin_without_offload():
+    measured = {((0.0, "bf16", False, "default"), 16): {"status": "ok", "saved_gib": 8.0, "host_link_gib_s": 40.0}}
+    fam = (0.0, "bf16", True, "default")
+    # At m=32 at least the 8 GiB counted at 16 cross the link twice per micro-step.
+    assert AutoSearch._transfer_bound(fam, 32, measured) == pytest.approx(32 * 40.0 * 1.25 / (2 * 8.0))
+    # Below 16, only the per-sample share is sure (the weights' share may be all of it).
+    assert AutoSearch._transfer_bound(fam, 8, measured) == pytest.approx(8 * 40.0 * 1.25 / (2 * 4.0))
+    # With the per-sample share known, the line gives the bytes at any micro-batch.
+    measured[((0.0, "bf16", False, "default"), 16)]["saved_per_sample_gib"] = 0.45
+    weights = 8.0 - 0.45 * 16
+    assert AutoSearch._transfer_bound(fam, 8, measured) == pytest.approx(8 * 50.0 / (2 * (weights + 0.45 * 8)))
+    assert AutoSearch._transfer_bound(fam, 64, measured) == pytest.approx(64 * 50.0 / (2 * (weights + 0.45 * 64)))
+    # Another precision's bytes, or no link figure: no bound.
+    assert AutoSearch._transfer_bound((0.0, "fp32", True, "default"), 32, measured) == math.inf
+    measured[((0.0, "bf16", False, "default"), 16)].pop("host_link_gib_s")
+    assert AutoSearch._transfer_bound(fam, 32, measured) == math.inf
 
 
 def test_the_memory_line_is_fitted_and_predicts_the_micro_batch_auto_measures_next():

@@ -111,3 +111,23 @@ def test_a_model_without_blocks_is_refused_checkpointing_with_the_fix(tmp_path):
     assert run(tmp_path, spec("none", target="tests.workloads:no_blocks", config={}), name="n")["status"] == "ok"
     with pytest.raises(ValueError, match=r"checkpointing=full needs the model's blocks.*blocks=\[\.\.\.\]"):
         apply_checkpointing([], "full")
+
+
+def test_a_trial_counts_the_bytes_offload_would_copy_as_a_line_in_micro_batch(tmp_path):
+    cfg = {"width": 256, "depth": 8}
+    r = {(c, m): run(tmp_path, spec(c, mb=m, acc=2, config=cfg, seq_len=512), name=f"{c}{m}")
+         for c in ("none", "full") for m in (4, 8)}
+    assert all(x["status"] == "ok" for x in r.values())
+    for c in ("none", "full"):
+        four, eight = r[(c, 4)], r[(c, 8)]
+        # Each block saves fp32 tensors of (m, 512, 256): 0.5 MiB per sample each.
+        assert four["saved_per_sample_gib"] * 2**20 % 512 == 0 and four["saved_per_sample_gib"] > 0
+        # The one-sample forward's line predicts the count at another micro-batch exactly.
+        assert eight["saved_gib"] == pytest.approx(four["saved_gib"] + 4 * four["saved_per_sample_gib"])
+        assert eight["saved_per_sample_gib"] == pytest.approx(four["saved_per_sample_gib"])
+    # A checkpointed block keeps only its input: full checkpointing saves less per sample.
+    assert r[("full", 4)]["saved_per_sample_gib"] < r[("none", 4)]["saved_per_sample_gib"]
+    with_offload = spec("none", mb=4, acc=2, config=cfg, seq_len=512)
+    with_offload["strategy"]["offload"] = True
+    offload = run(tmp_path, with_offload, name="off")
+    assert offload["status"] == "ok" and "saved_gib" not in offload  # its copies are measured, not predicted

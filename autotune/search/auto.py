@@ -16,6 +16,14 @@ configuration can do:
    accumulation steps): on the H200 every family's throughput rose with micro-batch.
 5. Nor is it more than proportionally faster: a micro-step over more samples takes no less
    time, so samples/s at micro-batch m2 is at most (m2 / m1) times that at m1.
+6. Offload copies every tensor autograd saves to the host in forward and back in backward.
+   A trial without offload counts those bytes (``saved_gib`` per micro-step, and from a
+   one-sample forward ``saved_per_sample_gib``: saved bytes are a line in micro-batch, the
+   saved weights plus a share per sample) and measures the host link (``host_link_gib_s``,
+   the fastest pinned copy). So at micro-batch m the offload twin (same checkpointing and
+   precision) moves at least 2 x saved(m) per micro-step and cannot beat
+   m x link / (2 x saved(m)) samples/s, however well its copies overlap. Without the
+   per-sample figure (older trials), saved(m) >= saved(m1) x min(1, m / m1) still holds.
 
 So a measured configuration bounds the throughput of every configuration of an equal or
 heavier family: at a smaller-or-equal micro-batch by its own figure (3, 4), at a larger one
@@ -45,6 +53,7 @@ FAMILY_KEYS = ("checkpointing", "precision", "offload", "allocator")
 DEFAULTS = {"offload": False, "allocator": "default"}
 MIN_NOISE = 0.02  # a difference below 2 % is never worth a trial, however steady the timing
 MARGIN = 0.05  # a certain memory line may be off by this much before it rules a micro-batch out
+LINK_MARGIN = 1.25  # fact 6 allows the host link this much more than its fastest measured copy
 INF = math.inf
 
 
@@ -58,6 +67,13 @@ def _norm(key, value):
     if key == "offload":
         return bool(value)
     return value
+
+
+def _finite(value) -> bool:
+    try:
+        return value is not None and math.isfinite(float(value))
+    except (TypeError, ValueError):
+        return False
 
 
 def group_of(family: tuple) -> tuple:
@@ -127,7 +143,26 @@ class AutoSearch:
                 continue
             sps = float(row["samples_per_s"])
             bound = min(bound, sps if mm >= m else sps * m / mm)  # facts 3 and 4, or 3 and 5
+        if fam[2]:
+            bound = min(bound, self._transfer_bound(fam, m, measured))
         return bound
+
+    @staticmethod
+    def _transfer_bound(fam: tuple, m: int, measured) -> float:
+        """Fact 6: the samples/s an offload family's copies allow at micro-batch ``m``."""
+        links = [float(r["host_link_gib_s"]) for r in measured.values() if _finite(r.get("host_link_gib_s"))]
+        saved = 0.0  # a lower bound on the bytes saved per micro-step at m, from the twin without offload
+        for (f, mm), row in measured.items():
+            if f[:2] == fam[:2] and not f[2] and row["status"] == "ok" and _finite(row.get("saved_gib")):
+                at_mm = float(row["saved_gib"])
+                if _finite(row.get("saved_per_sample_gib")):
+                    per_sample = max(0.0, float(row["saved_per_sample_gib"]))
+                    saved = max(saved, max(0.0, at_mm - per_sample * mm) + per_sample * m)
+                else:
+                    saved = max(saved, at_mm * min(1.0, m / mm))
+        if not links or saved <= 0:
+            return INF
+        return m * max(links) * LINK_MARGIN / (2 * saved)
 
     def _infeasible(self, fam: tuple, m: int, budget: float, measured, line: Optional[Line]) -> bool:
         for (f, mm), row in measured.items():
