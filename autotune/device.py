@@ -134,3 +134,22 @@ def resolve_device(spec: str) -> DeviceInfo:
             raise ValueError(f"device={spec}: only {count} CUDA device(s) visible; use device=cuda:0 .. cuda:{count - 1}")
         return _cuda_info(index)
     raise ValueError(f"device={spec}: unknown device; use one of auto, cpu, cuda, cuda:N")
+
+
+def environment(device: DeviceInfo) -> dict:
+    """The hardware and software a run measured on, for the report (no CUDA context made)."""
+    import platform
+
+    import torch
+
+    env = {"device_memory_gib": round(device.memory_gib, 1), "python": platform.python_version(),
+           "torch_version": torch.__version__, "cuda_version": torch.version.cuda}
+    if device.kind == "cuda":
+        env["driver"] = device.driver
+    try:
+        import transformers
+
+        env["transformers_version"] = transformers.__version__
+    except ImportError:
+        pass
+    return env

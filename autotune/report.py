@@ -1,6 +1,10 @@
 """The Pareto report: a self-contained HTML page (inline SVG plot, no network) and a PNG.
 
-A pure function of the scored trials table plus run metadata.
+A pure function of the scored trials table plus run metadata. Rebuild it for a finished
+run or study without running anything:
+
+    python -m autotune.report outputs/2026-12-03/10-00-00 [--out DIR]
+    python -m autotune.report outputs/autotune.db --study NAME --out DIR
 """
 from __future__ import annotations
 
@@ -181,3 +185,41 @@ th {{ background: #f3f3f3; }} .best {{ font-size: 1.1em; }} code {{ background: 
     path = run_dir / "report.html"
     path.write_text(page)
     return path
+
+
+def main(argv=None) -> int:
+    """Rebuild report.html and pareto.png from a run directory or study, print the summary."""
+    import sys
+
+    from autotune.budgets import budgets_summary, budgets_table
+    from autotune.results import summary
+    from autotune.review import ReviewError, open_reviewed, path_arguments, scored_for_report
+    from autotune.storage import StorageError
+
+    ap = path_arguments("Rebuild report.html and pareto.png of a run or study, and print its summary.")
+    ap.add_argument("--out", help="where to write them (default: the run directory; for a storage, the "
+                                  "directory holding it)")
+    args = ap.parse_args(argv)
+    try:
+        reviewed = open_reviewed(args.path, args.study)
+    except (ReviewError, StorageError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    out = Path(args.out) if args.out else (reviewed.run_dir or Path(args.path).resolve().parent)
+    out.mkdir(parents=True, exist_ok=True)
+    results = reviewed.results()
+    meta = {"model": "?", "device_name": "?", "seq_len": "?", "torch": "?", "command": "", **reviewed.meta,
+            "global_batch": reviewed.global_batch, "budgets": reviewed.budgets, "budget_gib": reviewed.budgets[0],
+            "objective": reviewed.objective}
+    primary = results[0]
+    path = write_report(out, scored_for_report(results), primary.best, primary.baseline, meta,
+                        budgets_table(results) if len(results) > 1 else None)
+    print(summary(primary.scored, primary.best, reviewed.objective))
+    if len(results) > 1:
+        print(budgets_summary(results))
+    print(f"report: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

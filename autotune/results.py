@@ -16,6 +16,11 @@ SUMMARY_COLUMNS = ["checkpointing", "precision", "micro_batch", "accumulation", 
                    "peak_memory_gib", "samples_per_s", "time_spread", "roi"]
 
 
+def _true(value) -> bool:
+    """A yes/no cell read back from a table: numpy booleans, "True" strings, NaN as no."""
+    return str(value).strip().lower() == "true"
+
+
 def pareto_table(scored: pd.DataFrame) -> pd.DataFrame:
     return scored[scored["on_pareto"]].sort_values("peak_memory_gib")
 
@@ -91,7 +96,7 @@ def summary(scored: pd.DataFrame, best: Optional[int], objective: str) -> str:
         lines += [f"  {s}: {c}" for s, c in causes.items()]
         return "\n".join(lines)
     b = scored.loc[best]
-    extra = (" offload=true" if b.get("offload") is True else "") + (
+    extra = (" offload=true" if _true(b.get("offload")) else "") + (
         f" allocator={b['allocator']}" if b.get("allocator", "default") != "default" else "")
     lines.append(f"best by {objective}: checkpointing={b['checkpointing']} precision={b['precision']} "
                  f"micro_batch={int(b['micro_batch'])} accumulation={int(b['accumulation'])}{extra} "

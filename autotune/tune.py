@@ -16,7 +16,9 @@ from autotune.table import trials_table
 from autotune.plan import ConfigError, Plan, make_plan
 from autotune.report import write_report
 from autotune.results import summary, write_outputs
-from autotune.budgets import budget_label, budgets_summary, budgets_table, per_budget
+from autotune.budgets import budgets_summary, budgets_table, per_budget
+from autotune.device import environment
+from autotune.review import record_settings, scored_for_report
 from autotune.storage import StorageError, default_storage, open_study, redact, snapshot
 
 log = logging.getLogger("autotune")
@@ -77,6 +79,13 @@ def tune(cfg: DictConfig, run_dir: Path, overrides=()) -> int:
         study = open_study(plan.study_name, storage, None)
     finally:
         signal.signal(signal.SIGTERM, previous)
+    meta = {"model": plan.model_name, "device_name": plan.device.name, "global_batch": plan.global_batch,
+            "seq_len": plan.seq_len, "budget_gib": plan.budget_gib, "budgets": plan.budgets,
+            "memory_cap_gib": plan.memory_cap_gib, "objective": plan.objective,
+            "torch": torch.__version__ + (f", CUDA {torch.version.cuda}" if torch.version.cuda else ""),
+            "command": command, "reductions": plan.reductions, **environment(plan.device)}
+    # What `python -m autotune.report` / `.show` need to score the study again, kept with it.
+    record_settings(study, plan.global_batch, plan.budgets, plan.roi, plan.objective, meta)
     snapshot(study, run_dir / "study.db")
     table = trials_table(study)
     if table.empty:
@@ -84,16 +93,8 @@ def tune(cfg: DictConfig, run_dir: Path, overrides=()) -> int:
         return 130 if interrupted else 1
     results = per_budget(table, plan.global_batch, plan.budgets, plan.roi, plan.objective)
     primary = results[0]
-    scored, best, baseline = primary.scored, primary.best, primary.baseline
-    if len(results) > 1:  # which budgets each trial fits, side by side
-        for r in results:
-            scored[f"fits_{budget_label(r.budget_gib)}"] = r.scored["fits_budget"]
+    scored, best, baseline = scored_for_report(results), primary.best, primary.baseline
     files = write_outputs(run_dir, plan, results, command)
-    meta = {"model": plan.model_name, "device_name": plan.device.name, "global_batch": plan.global_batch,
-            "seq_len": plan.seq_len, "budget_gib": plan.budget_gib, "budgets": plan.budgets,
-            "memory_cap_gib": plan.memory_cap_gib, "objective": plan.objective,
-            "torch": torch.__version__ + (f", CUDA {torch.version.cuda}" if torch.version.cuda else ""),
-            "command": command, "reductions": plan.reductions}
     report = write_report(run_dir, scored, best, baseline, meta, budgets_table(results) if len(results) > 1 else None)
     log.info(summary(scored, best, plan.objective))
     if len(results) > 1:

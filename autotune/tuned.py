@@ -12,6 +12,7 @@
         scaler.step(optimizer); scaler.update(); optimizer.zero_grad()
 
 ``tuned.limit_memory()`` caps the process at the budget it was tuned for, as the trials were.
+Trainers: ``TrainingArguments(**tuned.to_hf_training_args())``, ``Trainer(**tuned.to_lightning())``.
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from typing import Optional, Sequence
 import torch
 import yaml
 
+from autotune.exporters import hf_training_args, lightning_trainer_kwargs
 from autotune.strategy import (Strategy, allocator_env, apply_checkpointing, autocast_context, forward_context,
                                make_scaler, offload_context)
 from autotune.workload import find_blocks
@@ -123,6 +125,16 @@ class Tuned:
 
     def scaler(self, device_type: Optional[str] = None) -> torch.amp.GradScaler:
         return make_scaler(self.precision, device_type or self.device_type)
+
+    def to_hf_training_args(self, world_size: int = 1) -> dict:
+        """``TrainingArguments(output_dir=..., **tuned.to_hf_training_args())``; warns about what
+        it cannot express (``exporters.hf_training_args``)."""
+        return hf_training_args(self, world_size)
+
+    def to_lightning(self, world_size: int = 1) -> dict:
+        """``lightning.Trainer(**tuned.to_lightning())``, DataLoader batch_size=tuned.micro_batch;
+        warns about what it cannot express (``exporters.lightning_trainer_kwargs``)."""
+        return lightning_trainer_kwargs(self, world_size)
 
 
 def _offloaded(forward, device_type: str):

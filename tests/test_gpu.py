@@ -43,6 +43,14 @@ def test_cuda_checkpointing_and_offload_lower_peak_allocated(tmp_path):
     assert ckpt["peak_allocated_gib"] < 0.7 * plain["peak_allocated_gib"]
     # save_on_cpu keeps the saved activations in pinned host memory instead.
     assert offload["peak_allocated_gib"] < 0.7 * plain["peak_allocated_gib"]
+    # search=auto's fact 6 on real hardware: the copies of the bytes the plain trial counted,
+    # over the link it measured, bound the offload twin's speed.
+    from autotune.search.auto import AutoSearch
+
+    assert plain["host_link_gib_s"] > 1 and plain["saved_gib"] > plain["saved_per_sample_gib"] * 64 > 0
+    measured = {((0.0, "fp32", False, "default"), 64): plain}
+    bound = AutoSearch._transfer_bound((0.0, "fp32", True, "default"), 64, measured)
+    assert offload["samples_per_s"] <= bound, (offload["samples_per_s"], bound)
 
 
 def test_a_budget_caps_the_trial_like_a_smaller_card(tmp_path):
@@ -149,17 +157,63 @@ def test_after_a_real_oom_the_next_trial_measures_like_a_fresh_one(tmp_path):
 def test_a_warm_worker_measures_like_a_fresh_process(tmp_path):
     from autotune.runner import WarmWorker
 
-    clean = cuda_spec("none", "bf16", 32)
+    config = {"width": 4096, "depth": 8}
+    clean = cuda_spec("none", "fp32", 64, config=config)
     fresh = run_trial(clean, tmp_path / "fresh", 300, env=trial_env())
     worker = WarmWorker()
     try:
-        other = worker(cuda_spec("full", "fp32", 64), tmp_path / "w0", 300, env=trial_env())  # a different trial first
+        # A different trial first, under a cap the clean one needs more than: the worker
+        # must lift it (a budget is per trial) and free everything the first trial held.
+        other = worker(cuda_spec("full", "bf16", 8, config=config, memory_cap_gib=4.0), tmp_path / "w0", 300,
+                       env=trial_env())
         warm = worker(clean, tmp_path / "w1", 300, env=trial_env())
     finally:
         worker.close()
-    assert fresh["status"] == other["status"] == warm["status"] == "ok"
+    assert fresh["status"] == other["status"] == warm["status"] == "ok", (fresh, other, warm)
+    assert fresh["device_peak_gib"] > 4.0  # the first trial's cap would have stopped it
     assert warm["pid"] == other["pid"] and warm["worker_trial"] == 1
+    assert "memory_cap_gib" not in warm
     assert warm["peak_allocated_gib"] == pytest.approx(fresh["peak_allocated_gib"], rel=0.01)
     assert warm["peak_reserved_gib"] == pytest.approx(fresh["peak_reserved_gib"], rel=0.05)
     assert warm["device_peak_gib"] == pytest.approx(fresh["device_peak_gib"], rel=0.05)
     assert warm["num_alloc_retries"] == fresh["num_alloc_retries"]
+
+
+TRACK = """
+import json, torch
+from autotune.monitor import track_memory
+x = torch.randn(4096, 4096, device="cuda")
+def block():
+    y = x @ x          # 64 MiB
+    z = y.relu() * 2   # two more 64 MiB tensors, one freed at once
+    del y
+    return z.sum()
+block()  # the first matmul also allocates cuBLAS's workspace: out of the comparison
+torch.cuda.synchronize()
+with track_memory("block", report=lambda *_: None) as mem:
+    block()
+torch.cuda.synchronize()
+torch.cuda.reset_peak_memory_stats()
+block()
+torch.cuda.synchronize()
+print(json.dumps({"stats": vars(mem.stats), "max_allocated_gib": torch.cuda.max_memory_allocated() / 2**30,
+                  "before_gib": torch.cuda.memory_allocated() / 2**30}))
+"""
+
+
+def test_track_memory_agrees_with_the_allocators_peak_for_the_block():
+    import json
+    import subprocess
+    import sys
+
+    # In a process of its own: the pytest process stays without a CUDA context.
+    out = subprocess.run([sys.executable, "-c", TRACK], capture_output=True, text=True, env=trial_env(), timeout=120)
+    assert out.returncode == 0, out.stderr
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    stats = r["stats"]
+    assert stats["device"] == "cuda"
+    assert stats["peak_allocated_gib"] == pytest.approx(r["max_allocated_gib"], rel=0.01)
+    # The block's own tensors on top of x: at least two 64 MiB tensors alive at once.
+    assert stats["peak_allocated_gib"] >= r["before_gib"] + 2 * 64 / 1024
+    assert stats["peak_reserved_gib"] >= stats["peak_allocated_gib"]
+    assert stats["nvml_used_gib"] >= stats["peak_reserved_gib"]  # the device sees the context too

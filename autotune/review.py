@@ -1,0 +1,161 @@
+"""Look at a study again without running anything: what ``python -m autotune.report`` and
+``python -m autotune.show`` read.
+
+A PATH is a run directory (its ``study.db`` snapshot, or its ``trials.csv`` when it has no
+snapshot), a study storage (an SQLite ``.db`` file, a journal ``.log`` file, or a storage
+URL), with ``--study NAME`` when the storage holds several studies. The settings that
+scoring needs (global batch, budgets, objective, ROI prices) and the report's metadata are
+stored in the study by the run (``record_settings``); for a run directory made before that,
+they are read back from its ``best.yaml`` and ``.hydra/config.yaml``.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import List, Optional
+
+import optuna
+import pandas as pd
+import yaml
+
+from autotune.budgets import BudgetResult, budget_label, per_budget
+from autotune.storage import StorageError, check_sqlite, make_storage, redact, sqlite_path
+from autotune.table import trials_table
+
+SETTINGS_ATTR = "autotune"
+
+
+class ReviewError(ValueError):
+    """The PATH cannot be reviewed; the message names it and what to pass instead."""
+
+
+def record_settings(study: optuna.Study, global_batch: int, budgets: List[float], roi: dict, objective: str,
+                    meta: dict) -> None:
+    study.set_user_attr(SETTINGS_ATTR, {"global_batch": global_batch, "budgets": list(budgets), "roi": dict(roi),
+                                        "objective": objective, "meta": meta})
+
+
+@dataclass
+class Reviewed:
+    source: str  # what was read, for messages
+    study_name: Optional[str]
+    table: pd.DataFrame
+    global_batch: int
+    budgets: List[float]
+    roi: dict
+    objective: str
+    meta: dict = field(default_factory=dict)
+    run_dir: Optional[Path] = None
+
+    def results(self, objective: Optional[str] = None, budgets: Optional[List[float]] = None) -> List[BudgetResult]:
+        return per_budget(self.table, self.global_batch, budgets or self.budgets, self.roi, objective or self.objective)
+
+
+def _storage_url(path: str) -> str:
+    if "://" in path or path.startswith("journal:"):
+        return path
+    p = Path(path)
+    if not p.exists():
+        raise ReviewError(f"{path}: no such file or directory; pass a run directory (outputs/...), a study "
+                          "storage (.db, journal .log) or a storage URL")
+    if p.suffix == ".log" or p.suffix == ".journal":
+        return f"journal:{p.resolve()}"
+    return f"sqlite:///{p.resolve()}"
+
+
+def _load_study(url: str, study_name: Optional[str]) -> optuna.Study:
+    try:
+        path = sqlite_path(url)
+        if path is not None:  # read as it is: no lock file, no directory made beside it
+            check_sqlite(path)
+            storage = optuna.storages.RDBStorage(url)
+        else:
+            storage = make_storage(url)
+        names = optuna.get_all_study_names(storage)
+    except StorageError:
+        raise
+    except Exception as e:
+        raise ReviewError(f"{redact(url)}: not a study storage ({type(e).__name__}: {redact(str(e), url)})") from None
+    if not names:
+        raise ReviewError(f"{redact(url)}: holds no study")
+    if study_name is None:
+        if len(names) > 1:
+            raise ReviewError(f"{redact(url)} holds {len(names)} studies; pick one with --study NAME: "
+                              + ", ".join(sorted(names)))
+        study_name = names[0]
+    elif study_name not in names:
+        raise ReviewError(f"--study {study_name}: not in {redact(url)}; it holds: {', '.join(sorted(names))}")
+    return optuna.load_study(study_name=study_name, storage=storage)
+
+
+def _settings_from_run_dir(run_dir: Path) -> dict:
+    """Settings of a run directory made before the run stored them in its study."""
+    best = run_dir / "best.yaml"
+    if not best.is_file():
+        raise ReviewError(f"{run_dir}: its study has no autotune settings and there is no best.yaml to read them "
+                          "from; rerun the tuning command (it resumes the study and stores them)")
+    tuned = yaml.safe_load(best.read_text())
+    budgets = sorted(float(m.group(1)) for p in run_dir.glob("best-*GiB.yaml")
+                     if (m := re.fullmatch(r"best-([\d.]+)GiB\.yaml", p.name)))
+    if budgets and float(tuned["budget_gib"]) in budgets:  # the primary budget first, as the run had it
+        budgets.remove(float(tuned["budget_gib"]))
+    roi = {"memory_price_per_gib_hour": 0.025, "compute_price_per_hour": 3.5, "workload_samples": 1e7}
+    hydra_cfg = run_dir / ".hydra" / "config.yaml"
+    if hydra_cfg.is_file():
+        roi.update(yaml.safe_load(hydra_cfg.read_text()).get("roi") or {})
+    model = tuned.get("model", {})
+    meta = {"model": model.get("name", "?"), "device_name": tuned.get("device", {}).get("name", "?"),
+            "global_batch": int(tuned["global_batch"]), "seq_len": model.get("seq_len"),
+            "budget_gib": float(tuned["budget_gib"]), "memory_cap_gib": tuned.get("memory_cap_gib"),
+            "objective": tuned["objective"], "command": tuned.get("command", "")}
+    return {"global_batch": int(tuned["global_batch"]), "budgets": [float(tuned["budget_gib"]), *budgets],
+            "roi": roi, "objective": tuned["objective"], "meta": meta}
+
+
+def open_reviewed(path: str, study_name: Optional[str] = None) -> Reviewed:
+    p = Path(path)
+    run_dir = p if p.is_dir() else None
+    if run_dir is not None and (run_dir / "study.db").is_file():
+        study = _load_study(_storage_url(str(run_dir / "study.db")), study_name)
+        table, name, source = trials_table(study), study.study_name, str(run_dir / "study.db")
+        settings = study.user_attrs.get(SETTINGS_ATTR) or _settings_from_run_dir(run_dir)
+    elif run_dir is not None and (run_dir / "trials.csv").is_file():
+        table, name, source = pd.read_csv(run_dir / "trials.csv"), None, str(run_dir / "trials.csv")
+        table = table.drop(columns=[c for c in table.columns if c.startswith("fits_")], errors="ignore")
+        for col, default in (("offload", False), ("allocator", "default")):  # runs before those dimensions
+            table[col] = table[col].fillna(default) if col in table else default
+        settings = _settings_from_run_dir(run_dir)
+    elif run_dir is not None:
+        raise ReviewError(f"{path}: a directory with neither study.db nor trials.csv; pass a run directory "
+                          "(outputs/<date>/<time>) or a study storage")
+    else:
+        study = _load_study(_storage_url(path), study_name)
+        table, name, source = trials_table(study), study.study_name, path
+        settings = study.user_attrs.get(SETTINGS_ATTR)
+        if settings is None:
+            raise ReviewError(f"study '{study.study_name}' in {redact(path)} was made before autotune stored its "
+                              "settings in the study; pass its run directory instead, or rerun the tuning command "
+                              "(it resumes the study and stores them)")
+    if table.empty:
+        raise ReviewError(f"{source}: no trial has finished yet")
+    return Reviewed(source=source, study_name=name, table=table, global_batch=int(settings["global_batch"]),
+                    budgets=[float(b) for b in settings["budgets"]], roi=settings["roi"],
+                    objective=settings["objective"], meta=settings.get("meta", {}), run_dir=run_dir)
+
+
+def scored_for_report(results: List[BudgetResult]) -> pd.DataFrame:
+    """The primary budget's scored table, with a fits_<budget> column per budget when there are several."""
+    scored = results[0].scored
+    if len(results) > 1:
+        for r in results:
+            scored[f"fits_{budget_label(r.budget_gib)}"] = r.scored["fits_budget"]
+    return scored
+
+
+def path_arguments(description: str) -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("path", help="a run directory, a study storage (.db, journal .log) or a storage URL")
+    ap.add_argument("--study", help="the study's name, when the storage holds several")
+    return ap

@@ -1,0 +1,57 @@
+"""Monitoring helpers for users' own training: the leak check (CPU) and track_memory on CPU.
+track_memory against torch.cuda.max_memory_allocated is a GPU test (test_gpu.py)."""
+import warnings
+
+import pytest
+import torch
+
+from autotune.monitor import LeakCheck, MemoryGrowthWarning, track_memory
+
+
+def train(steps: int, keep: bool) -> LeakCheck:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 256))
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    x = torch.randn(512, 256)
+    kept, check = [], LeakCheck(window=10, min_growth_mib=8)
+    for _ in range(steps):
+        out = model(x)
+        loss = out.pow(2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        if keep:
+            kept.append(out)  # the classic leak: an output kept with its graph, ~4.5 MiB a step
+        check.step()
+    return check
+
+
+def test_the_leak_check_fires_on_kept_references_and_stays_quiet_without():
+    with pytest.warns(MemoryGrowthWarning, match=r"rose by [\d.]+ MiB over the last 10 steps"):
+        leaky = train(25, keep=True)
+    assert leaky.fired
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", MemoryGrowthWarning)
+        steady = train(25, keep=False)
+    assert not steady.fired and len(steady.readings) == 25
+
+
+def test_the_leak_check_refuses_a_window_too_short_to_mean_anything():
+    with pytest.raises(ValueError, match="window=2"):
+        LeakCheck(window=2)
+
+
+def test_track_memory_on_cpu_sees_a_block_that_holds_memory_and_reports_it():
+    seen = []
+    with track_memory("big", device="cpu", report=lambda name, stats: seen.append((name, stats))) as mem:
+        block = torch.ones(64, 2**20)  # 256 MiB, touched
+        del block
+    assert mem.stats.device == "cpu" and mem.stats.peak_rss_gib >= 0.24
+    assert seen == [("big", mem.stats)]
+
+    @track_memory("small", device="cpu", report=lambda name, stats: seen.append((name, stats)))
+    def small():
+        return torch.ones(1024).sum()
+
+    small()
+    assert seen[-1][0] == "small" and seen[-1][1].peak_rss_gib < 0.1

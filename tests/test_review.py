@@ -1,0 +1,85 @@
+"""Looking at results again without running anything: python -m autotune.show / .report."""
+import shutil
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from tests.conftest import ROOT, run_cli, trial_env
+
+
+def cli(module, *args):
+    return subprocess.run([sys.executable, "-m", module, *map(str, args)], cwd=ROOT, env=trial_env(),
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("review")
+    space = tmp / "space.yaml"
+    space.write_text("checkpointing: [none, full]\nprecision: [fp32]\nmicro_batch: {min: 4, max: 8}\n")
+    run_dir = tmp / "run"
+    out = run_cli(run_dir, "model=tiny", "device=cpu", "search=grid", "global_batch=8", "seq_len=16",
+                  "trial.warmup_steps=1", "trial.measure_steps=2", "trial.repeats=0", f"search_space.path={space}",
+                  "budget_gib=[1,0.0001]", "objective=throughput")
+    assert out.returncode == 0, out.stdout + out.stderr
+    return run_dir
+
+
+def test_show_prints_the_best_per_objective_and_budget_of_a_run(run):
+    out = cli("autotune.show", run)
+    assert out.returncode == 0, out.stderr
+    best = yaml.safe_load((run / "best.yaml").read_text())
+    s = best["strategy"]
+    line = next(x for x in out.stdout.splitlines() if x.strip().startswith("throughput @ 1 GiB"))
+    assert (f"checkpointing={s['checkpointing']} precision={s['precision']} micro_batch={s['micro_batch']} "
+            f"accumulation={s['accumulation']}") in line and f"trial {best['measured']['trial']})" in line
+    assert "roi @ 1 GiB: checkpointing=" in out.stdout
+    assert "throughput @ 0.0001 GiB: nothing fits" in out.stdout
+    assert "4 trials (4 ok), global batch 8; the run's objective: throughput" in out.stdout
+    # Other budgets, judged on the same trials.
+    out = cli("autotune.show", run, "--budget", 5)
+    assert "throughput @ 5 GiB: checkpointing=" in out.stdout and "@ 1 GiB" not in out.stdout
+
+
+def test_show_reads_a_study_storage_and_names_the_studies_when_it_must_choose(run, tmp_path):
+    storage = run.parent / "studies.db"
+    out = cli("autotune.show", storage)
+    assert out.returncode == 0 and "throughput @ 1 GiB: checkpointing=" in out.stdout, out.stderr
+    other = tmp_path / "other"  # a second study in the same storage
+    done = run_cli(other, "model=tiny", "device=cpu", "search=grid", "global_batch=8", "seq_len=16",
+                   "trial.warmup_steps=1", "trial.measure_steps=2", "trial.repeats=0", "study_name=second",
+                   f"search_space.path={run.parent / 'space.yaml'}", f"storage=sqlite:///{storage}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = cli("autotune.show", storage)
+    assert out.returncode == 2 and "holds 2 studies; pick one with --study NAME" in out.stderr
+    assert "second" in out.stderr
+    out = cli("autotune.show", storage, "--study", "second")
+    assert out.returncode == 0 and "roi @ " in out.stdout
+    out = cli("autotune.show", storage, "--study", "third")
+    assert out.returncode == 2 and "--study third: not in" in out.stderr
+
+
+def test_report_rebuilds_the_page_and_plot_and_prints_the_summary(run, tmp_path):
+    out = cli("autotune.report", run, "--out", tmp_path / "again")
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "again" / "report.html").is_file() and (tmp_path / "again" / "pareto.png").is_file()
+    assert "best by throughput:" in out.stdout and "best per budget:" in out.stdout
+    page = (tmp_path / "again" / "report.html").read_text()
+    assert "Best per budget" in page and (run / "report.html").read_text().count("<tr>") == page.count("<tr>")
+    # A run directory with only its trials.csv (no study snapshot) is enough.
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for name in ("trials.csv", "best.yaml", "best-1GiB.yaml"):
+        shutil.copy(run / name, bare / name)
+    out = cli("autotune.report", bare)
+    assert out.returncode == 0 and (bare / "report.html").is_file(), out.stderr
+    assert "best by throughput:" in out.stdout
+
+
+def test_a_path_that_is_not_a_run_or_a_study_is_one_clear_error(tmp_path):
+    out = cli("autotune.show", tmp_path / "missing")
+    assert out.returncode == 2 and "no such file or directory" in out.stderr
+    out = cli("autotune.report", tmp_path)
+    assert out.returncode == 2 and "neither study.db nor trials.csv" in out.stderr
