@@ -1,4 +1,5 @@
-"""The Pareto report: a self-contained HTML page (inline SVG plot, no network) and a PNG.
+"""The Pareto report: a self-contained HTML page (interactive inline SVG plots, a sortable
+trials table, no network) and a PNG of the main plot.
 
 A pure function of the scored trials table plus run metadata. Rebuild it for a finished
 run or study without running anything:
@@ -9,7 +10,6 @@ run or study without running anything:
 from __future__ import annotations
 
 import html
-import io
 from pathlib import Path
 from typing import List, Optional
 
@@ -20,6 +20,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from autotune import svgplot  # noqa: E402
 from autotune.effects import strategy_effects  # noqa: E402
 from autotune.scoring import Baseline  # noqa: E402
 from autotune.strategy import checkpoint_fraction, checkpoint_label  # noqa: E402
@@ -92,7 +93,73 @@ def pareto_figure(scored: pd.DataFrame, best: Optional[int], budgets: List[float
     return fig
 
 
-def _table(df: pd.DataFrame, percent: tuple = ()) -> str:
+# Sorts a table by the clicked header: numbers as numbers, blanks last; again to reverse.
+SORT_SCRIPT = """
+document.querySelectorAll("table.sortable th").forEach(function (th, col) {
+  th.style.cursor = "pointer";
+  th.addEventListener("click", function () {
+    var body = th.closest("table").tBodies[0], rows = Array.from(body.rows);
+    var dir = th.dataset.dir === "asc" ? -1 : 1; th.dataset.dir = dir === 1 ? "asc" : "desc";
+    function key(r) { var t = r.cells[col].textContent.trim(), n = parseFloat(t.replace("%", ""));
+                      return t === "" ? null : (isNaN(n) ? t : n); }
+    rows.sort(function (a, b) { var x = key(a), y = key(b);
+      if (x === null) return 1; if (y === null) return -1;
+      return (x < y ? -1 : x > y ? 1 : 0) * dir; });
+    rows.forEach(function (r) { body.appendChild(r); });
+  });
+});
+"""
+
+
+def _ok_points(scored: pd.DataFrame) -> pd.DataFrame:
+    return scored[(scored["status"] == "ok") & np.isfinite(scored["peak_memory_gib"])
+                  & np.isfinite(scored["samples_per_s"])]
+
+
+def _pareto_svg(scored: pd.DataFrame, best: Optional[int], baseline: Baseline, meta: dict) -> str:
+    ok = _ok_points(scored)
+    front = scored[scored["on_pareto"]].sort_values("peak_memory_gib")
+    best_mark = None
+    if best is not None:
+        b = scored.loc[best]
+        best_mark = svgplot.Mark(float(b["peak_memory_gib"]), float(b["samples_per_s"]),
+                                 "best by " + meta["objective"] + "\n" + svgplot.trial_hover(b))
+    base_mark = None
+    if baseline.measured and baseline.samples_per_s:
+        base_mark = svgplot.Mark(baseline.peak_memory_gib, baseline.samples_per_s, f"baseline: {baseline.note}")
+    budgets = [(float(b), f"budget {b:g} GiB") for b in meta["budgets"]]
+    return svgplot.scatter(ok, "peak_memory_gib", "samples_per_s", "peak memory (GiB) - lower is better",
+                           "throughput (samples/s) - higher is better", "pareto-svg", front=front, best=best_mark,
+                           baseline=base_mark, vlines=budgets)
+
+
+def _roi_svg(scored: pd.DataFrame, best: Optional[int]) -> str:
+    ok = _ok_points(scored)
+    ok = ok[np.isfinite(ok["roi"]) & np.isfinite(ok["memory_saved_gib"])] if "roi" in ok else ok.iloc[:0]
+    if ok.empty:
+        return "<p>No ROI: the baseline (none / fp32 / micro_batch = global batch) did not run ok.</p>"
+    best_mark = None
+    if best is not None and best in ok.index:
+        b = ok.loc[best]
+        best_mark = svgplot.Mark(float(b["memory_saved_gib"]), float(b["roi"]), "best\n" + svgplot.trial_hover(b))
+    return svgplot.scatter(ok, "memory_saved_gib", "roi", "memory saved against the baseline (GiB)",
+                           "ROI (USD over the job)", "roi-svg", best=best_mark, x_from_zero=False)
+
+
+def _environment_html(meta: dict) -> str:
+    rows = [("device", meta.get("device_name")), ("device memory", _gib(meta.get("device_memory_gib"))),
+            ("driver", meta.get("driver")), ("torch", meta.get("torch_version") or meta.get("torch")),
+            ("CUDA", meta.get("cuda_version")), ("transformers", meta.get("transformers_version")),
+            ("Python", meta.get("python"))]
+    cells = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>" for k, v in rows if v)
+    return f"<table class='environment'>{cells}</table>"
+
+
+def _gib(v) -> Optional[str]:
+    return None if v is None else f"{v:g} GiB"
+
+
+def _table(df: pd.DataFrame, percent: tuple = (), table_id: Optional[str] = None) -> str:
     out = df.copy()
     for c in out.columns:
         if c in percent:
@@ -101,7 +168,9 @@ def _table(df: pd.DataFrame, percent: tuple = ()) -> str:
             out[c] = out[c].map(lambda v: "" if pd.isna(v) else f"{v:.4g}")
         elif out[c].dtype.kind == "O":
             out[c] = out[c].map(lambda v: "" if v is None or (isinstance(v, float) and pd.isna(v)) else v)
-    return out.to_html(index=False, escape=True, border=0, na_rep="")
+    page = out.to_html(index=False, escape=True, border=0, na_rep="",
+                       classes="sortable" if table_id else None, table_id=table_id)
+    return page
 
 
 def write_report(run_dir: Path, scored: pd.DataFrame, best: Optional[int], baseline: Baseline, meta: dict,
@@ -112,9 +181,7 @@ def write_report(run_dir: Path, scored: pd.DataFrame, best: Optional[int], basel
     winner of each budget and why it won."""
     title = f"{meta['model']} on {meta['device_name']} - global batch {meta['global_batch']}"
     fig = pareto_figure(scored, best, meta["budgets"], baseline, title)
-    fig.savefig(run_dir / "pareto.png")
-    svg = io.StringIO()
-    fig.savefig(svg, format="svg")
+    fig.savefig(run_dir / "pareto.png")  # for terminals and READMEs; the page draws its own
     plt.close(fig)
 
     esc = html.escape
@@ -167,19 +234,28 @@ th, td {{ padding: 3px 8px; border-bottom: 1px solid #ddd; text-align: right; }}
 th {{ background: #f3f3f3; }} .best {{ font-size: 1.1em; }} code {{ background: #f3f3f3; padding: 1px 4px; }}
 </style></head><body>
 <h1>autotune report</h1>
-<p>{esc(title)} - seq_len {meta['seq_len']} - budget {esc(", ".join(f"{b:.1f}" for b in meta["budgets"]))} GiB - device {esc(meta['device_name'])} - torch {esc(meta['torch'])}</p>
+<p>{esc(title)} - seq_len {meta['seq_len']} - budget {esc(", ".join(f"{b:.1f}" for b in meta["budgets"]))} GiB - device {esc(meta['device_name'])}{" - torch " + esc(meta["torch"]) if meta.get("torch") else ""}</p>
 <p>Command: <code>{esc(meta['command'])}</code></p>
 {best_html}
 <ul>{''.join(f'<li>{n}</li>' for n in notes)}</ul>
 {budget_html}
-<h2>Pareto plot</h2>
-<div id="pareto-plot">{svg.getvalue()[svg.getvalue().find('<svg'):]}</div>
+<h2>Pareto plot: memory against throughput</h2>
+<p>Hover a point for its configuration. Up and left is better.</p>
+<div id="pareto-plot">{_pareto_svg(scored, best, baseline, meta)}</div>
+<h2>ROI against memory saved</h2>
+<p>ROI of each configuration that ran, against the memory it saves over the baseline.</p>
+<div id="roi-plot">{_roi_svg(scored, best)}</div>
 <h2>Pareto front</h2>
 {_table(front)}
 <h2>Strategy effects against none / fp32 (measured) beside the article's claims</h2>
 {_table(effects, percent=("memory_change", "time_change"))}
 <h2>All trials</h2>
-{_table(scored[cols])}
+<p>Click a column's header to sort by it.</p>
+{_table(scored[cols], table_id="trials")}
+<h2>Measured on</h2>
+{_environment_html(meta)}
+<p>Reproduce: <code>{esc(meta['command'])}</code> (a new study_name measures again; the same one resumes).</p>
+<script>{SORT_SCRIPT}</script>
 </body></html>
 """
     path = run_dir / "report.html"
@@ -208,7 +284,7 @@ def main(argv=None) -> int:
     out = Path(args.out) if args.out else (reviewed.run_dir or Path(args.path).resolve().parent)
     out.mkdir(parents=True, exist_ok=True)
     results = reviewed.results()
-    meta = {"model": "?", "device_name": "?", "seq_len": "?", "torch": "?", "command": "", **reviewed.meta,
+    meta = {"model": "?", "device_name": "?", "seq_len": "?", "command": "", **reviewed.meta,
             "global_batch": reviewed.global_batch, "budgets": reviewed.budgets, "budget_gib": reviewed.budgets[0],
             "objective": reviewed.objective}
     primary = results[0]

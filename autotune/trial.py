@@ -32,13 +32,11 @@ def resolve_builder(target: str):
     return getattr(module, attr)
 
 
-def optimizer_step(workload, batch, strategy: Strategy, optimizer, scaler, device_type: str,
-                   count_saved: Optional[list] = None) -> torch.Tensor:
-    """One optimizer step of ``strategy.accumulation`` micro-steps; returns the mean loss.
-    ``count_saved``: add up the bytes autograd saves (``strategy.saved_bytes_counter``)."""
+def optimizer_step(workload, batch, strategy: Strategy, optimizer, scaler, device_type: str) -> torch.Tensor:
+    """One optimizer step of ``strategy.accumulation`` micro-steps; returns the mean loss."""
     total = torch.zeros((), device=batch_device(batch))
     for _ in range(strategy.accumulation):
-        with forward_context(strategy, device_type, count_saved):
+        with forward_context(strategy, device_type):
             loss = workload.loss(workload.model, batch) / strategy.accumulation
         scaler.scale(loss).backward()
         total += loss.detach().float()
@@ -48,15 +46,24 @@ def optimizer_step(workload, batch, strategy: Strategy, optimizer, scaler, devic
     return total
 
 
-def saved_bytes_at_one_sample(workload, strategy: Strategy, device: torch.device, device_type: str) -> int:
-    """Bytes autograd saves in a forward over one sample (graph dropped, no backward): with
-    the count at the trial's micro-batch, the line saved(m) = weights + per-sample x m."""
-    count = [0]
-    batch = workload.make_batch(1, device)
-    with forward_context(strategy, device_type, count):
-        loss = workload.loss(workload.model, batch)
-    del loss, batch
-    return count[0]
+def saved_bytes(workload, strategy: Strategy, device: torch.device, device_type: str) -> dict:
+    """What autograd saves in one micro-step's forward, in GiB: at the trial's micro-batch
+    (``saved_gib``) and, from a one-sample forward, per sample (``saved_per_sample_gib``;
+    saved bytes are a line in micro-batch: the saved weights plus a share per sample).
+    Forward only, graphs dropped; it runs after the measured steps."""
+    def count(n: int) -> int:
+        total = [0]
+        batch = workload.make_batch(n, device)
+        with forward_context(strategy, device_type, total):
+            loss = workload.loss(workload.model, batch)
+        del loss, batch
+        return total[0]
+
+    at_m = count(strategy.micro_batch)
+    out = {"saved_gib": at_m / 2**30}
+    if strategy.micro_batch > 1:
+        out["saved_per_sample_gib"] = (at_m - count(1)) / (strategy.micro_batch - 1) / 2**30
+    return out
 
 
 def batch_device(batch):
@@ -80,8 +87,6 @@ def run(spec: dict) -> dict:
     timings["startup_s"] = time.time() - spec.get("launched_at", time.time())
 
     t = time.perf_counter()
-    # What offload's copies to the host and back could run at: bounds an offload config's speed.
-    link = {"host_link_gib_s": host_link_gib_s(probe.index)} if device_type == "cuda" else {}
     torch.manual_seed(spec.get("seed", 0))
     try:
         workload = builder(device=device, seq_len=spec["seq_len"], **spec["model"].get("config", {}))
@@ -100,18 +105,13 @@ def run(spec: dict) -> dict:
     sync()
     timings["build_s"] = time.perf_counter() - t
 
-    saved = [0]  # bytes autograd saves in the first step: what offload would move (none if offload is on)
-    saved_at_one = (saved_bytes_at_one_sample(workload, strategy, torch.device(device), device_type)
-                    if not strategy.offload and strategy.micro_batch > 1 else None)
-
-    def step(count_saved: Optional[list] = None) -> float:
-        return float(optimizer_step(workload, batch, strategy, optimizer, scaler, device_type,
-                                    count_saved))  # synchronises
+    def step() -> float:
+        return float(optimizer_step(workload, batch, strategy, optimizer, scaler, device_type))  # synchronises
 
     memory = None
     if probe.separate_window:  # CPU: a step to create the optimizer state, then the memory step
         t = time.perf_counter()
-        step(saved)
+        step()
         timings["first_step_s"] = time.perf_counter() - t
         probe.start_window()
         step()
@@ -125,8 +125,7 @@ def run(spec: dict) -> dict:
             probe.start_window()
         sync()
         t = time.perf_counter()
-        count = saved if i == 0 and i < warmup and memory is None else None  # the hooks: in one untimed step
-        loss = step(count)
+        loss = step()
         sync()
         dt = time.perf_counter() - t
         timings.setdefault("first_step_s", dt)
@@ -138,6 +137,7 @@ def run(spec: dict) -> dict:
                 status, cause = "nan", f"non-finite loss {loss} at measured step {i - warmup}"
                 break
     timings["measured_s"] = sum(step_times)
+    measured_memory = memory or probe.finish()  # before anything below can touch the allocator
     # What no micro-batch changes: parameters, their gradients and the optimizer's state
     # (the floor of the memory line the auto search fits).
     tensors = [p for p in workload.model.parameters()] + [v for st in optimizer.state.values() for v in st.values()
@@ -149,13 +149,19 @@ def run(spec: dict) -> dict:
     result = {"status": status, "cause": cause, "device": device_type, "n_checkpointed": n_ckpt,
               "n_blocks": len(workload.blocks), "losses": losses, "step_times_s": step_times, "timings": timings,
               "allocator_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""), "static_gib": static_bytes / 2**30,
-              **limits, **link}
-    if not strategy.offload and (probe.separate_window or warmup > 0):  # counted, per micro-step
-        result["saved_gib"] = saved[0] / strategy.accumulation / 2**30
-        if saved_at_one is not None:
-            per_sample = (saved[0] / strategy.accumulation - saved_at_one) / (strategy.micro_batch - 1)
-            result["saved_per_sample_gib"] = per_sample / 2**30
-    result.update(memory or probe.finish())
+              **limits}
+    result.update(measured_memory)
+    if status == "ok":
+        # For search=auto's bound on offload (fact 6), after the measurement so that nothing
+        # here can change it: the bytes offload would copy, and the link it would copy over.
+        try:
+            if not strategy.offload:
+                result.update(saved_bytes(workload, strategy, torch.device(device), device_type))
+            if device_type == "cuda":
+                result["host_link_gib_s"] = host_link_gib_s(probe.index)
+        except Exception as e:  # only a bound is lost: the trial measured what it had to
+            print(f"saved-bytes count or host-link probe failed, no offload bound from this trial: "
+                  f"{type(e).__name__}: {e}", file=sys.stderr)
     result.update(step_time_stats(step_times, strategy.global_batch))
     result["memory_growth_gib"] = memory_growth_gib(in_use)
     return result

@@ -60,6 +60,22 @@ def auto_row(run: Path, budget: float) -> dict:
             "trial_cost": cost.group(0) if cost else None}
 
 
+def offload_bound_check(run: Path, grid: pd.DataFrame) -> list:
+    """Fact 6 against the H200: the bound the run's saved-byte counts and link give each
+    offload configuration of the grid, beside what the grid measured for it."""
+    from autotune.search.auto import AutoSearch, family_of
+
+    if not (run / "trials.csv").is_file():
+        return []
+    measured = {(family_of(r), int(r["micro_batch"])): r for r in pd.read_csv(run / "trials.csv").to_dict("records")}
+    rows = []
+    for r in grid[grid["offload"].astype(str).str.lower() == "true"].to_dict("records"):
+        bound = AutoSearch._transfer_bound(family_of(r), int(r["micro_batch"]), measured)
+        rows.append({"config": label(r), "measured_samples_per_s": round(float(r["samples_per_s"]), 1),
+                     "bound_samples_per_s": round(bound, 1), "sound": bool(r["samples_per_s"] <= bound)})
+    return rows
+
+
 def yaml_best(run: Path) -> dict:
     import yaml
 
@@ -91,16 +107,20 @@ def main(argv=None) -> int:
                      "found_vs_grid": round(auto["found_samples_per_s"] / ref, 3),
                      "trial_share": round(auto["trials"] / grid["trials"], 3),
                      "gpu_time_share": round(auto["gpu_s"] / grid["wall_s"], 3)})
+    checks = offload_bound_check(Path(args.runs) / "auto-16GiB-offload-bound", grid_table)
     out = Path(args.out)
     out.write_text(json.dumps({"command": "python bench/search_h200_table.py", "runs": str(Path(args.runs)),
                                "made_by": "bash bench/h200_search.sh OUT 40 24 16 (and TAG=... EXTRA=... for tagged runs)",
-                               "rows": rows}, indent=1))
+                               "rows": rows, "offload_bound_check": checks}, indent=1))
     df = pd.DataFrame(rows)
     cols = ["budget_gib", "auto_run", "grid_trials", "grid_gpu_s", "grid_best", "grid_best_samples_per_s",
             "auto_trials", "auto_gpu_s", "auto_driver_wall_s", "auto_chosen", "auto_chosen_samples_per_s",
             "auto_found", "auto_found_samples_per_s", "chosen_vs_grid", "found_vs_grid", "trial_share",
             "gpu_time_share"]
     print(df[cols].to_markdown(index=False) if _has_tabulate() else df[cols].to_string(index=False))
+    if checks:
+        print("\nfact 6 (offload bound) against the grid's offload trials:")
+        print(pd.DataFrame(checks).to_string(index=False))
     return 0
 
 

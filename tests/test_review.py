@@ -1,8 +1,10 @@
 """Looking at results again without running anything: python -m autotune.show / .report."""
+import os
 import shutil
 import subprocess
 import sys
 
+import pandas as pd
 import pytest
 import yaml
 
@@ -83,3 +85,42 @@ def test_a_path_that_is_not_a_run_or_a_study_is_one_clear_error(tmp_path):
     assert out.returncode == 2 and "no such file or directory" in out.stderr
     out = cli("autotune.report", tmp_path)
     assert out.returncode == 2 and "neither study.db nor trials.csv" in out.stderr
+
+
+ARTIFACTS = ROOT / "test-artifacts"  # git-ignored; CI keeps the screenshot there
+
+
+def test_the_report_renders_in_headless_chromium_offline_and_without_errors(run):
+    from tests.browser import chromium, visit
+
+    if chromium() is None:
+        if os.environ.get("CI"):
+            pytest.fail("chromium is missing: .ci/run installs it (apt-get install chromium)")
+        pytest.skip("chromium is not installed here (apt-get install chromium); CI installs it")
+    trials = pd.read_csv(run / "trials.csv")
+    ok = trials[trials["status"] == "ok"]
+    probe = """(() => {
+      const pts = Array.from(document.querySelectorAll('#pareto-plot .trial-point'));
+      const th = document.querySelector('#trials th');
+      const before = Array.from(document.querySelectorAll('#trials tbody tr td:first-child')).map(td => td.textContent);
+      th.click(); th.click();  // sort by trial number, then reversed
+      const after = Array.from(document.querySelectorAll('#trials tbody tr td:first-child')).map(td => td.textContent);
+      const box = document.querySelector('#pareto-svg').getBoundingClientRect();
+      return {points: pts.length, numbers: pts.map(p => +p.dataset.number).sort((a, b) => a - b),
+              titles: pts.map(p => p.querySelector('title').textContent),
+              best: document.querySelectorAll('#pareto-plot .best-mark').length,
+              budgets: document.querySelectorAll('#pareto-plot .budget-line').length,
+              width: box.width, height: box.height, before: before, after: after};
+    })()"""
+    seen = visit(run / "report.html", probe, screenshot=ARTIFACTS / "report.png")
+    v = seen.value
+    assert v["points"] == len(ok) and v["numbers"] == sorted(ok["number"])  # one point per ok trial
+    assert all(t.startswith(f"trial {n}: checkpointing ") and "samples/s" in t
+               for n, t in zip(sorted(ok["number"]), sorted(v["titles"], key=lambda t: int(t.split()[1][:-1]))))
+    # 0.0001 GiB drawn; 1 GiB, far right of every point, only named in the legend (not to squash them).
+    assert v["best"] == 1 and v["budgets"] == 1
+    assert v["width"] > 400 and v["height"] > 200  # laid out, not collapsed
+    assert v["after"] == sorted(v["before"], key=int, reverse=True)  # the trials table sorts
+    assert seen.remote == []  # nothing left the machine
+    assert seen.errors == [], seen.errors
+    assert (ARTIFACTS / "report.png").stat().st_size > 10_000

@@ -1,0 +1,148 @@
+"""Interactive scatter plots as inline SVG: no library, no network, any browser.
+
+Each trial is one ``<path class="trial-point">`` whose ``<title>`` (shown on hover) is its
+full configuration and figures; ``data-*`` attributes carry the same for scripts and tests.
+Colour is the precision, the shape the checkpointed fraction, a hollow mark offload; the
+Pareto front is a line, the best a red ring, the baseline a black diamond, each budget a
+dashed vertical line.
+"""
+from __future__ import annotations
+
+import html
+import math
+from dataclasses import dataclass
+from typing import List, Optional, Sequence
+
+import pandas as pd
+
+from autotune.strategy import checkpoint_fraction, checkpoint_label
+
+PRECISION_COLOURS = {"fp32": "#1f77b4", "bf16": "#2ca02c", "fp16": "#ff7f0e"}
+W, H = 860, 500
+LEFT, RIGHT, TOP, BOTTOM = 70, 250, 30, 50  # margins; the legend sits in the right one
+
+
+@dataclass
+class Mark:
+    x: float
+    y: float
+    label: str  # hover text
+
+
+def _ticks(lo: float, hi: float, n: int = 6) -> List[float]:
+    if hi <= lo:
+        hi = lo + 1.0
+    raw = (hi - lo) / n
+    step = 10 ** math.floor(math.log10(raw))
+    for m in (1, 2, 2.5, 5, 10):
+        if raw <= m * step:
+            step *= m
+            break
+    start = math.ceil(lo / step) * step
+    return [start + i * step for i in range(int((hi - start) / step + 1e-9) + 1)]
+
+
+def _shape(fraction: float, x: float, y: float, r: float = 5.5) -> str:
+    """An SVG path: circle (none), triangle (partial), square (full)."""
+    if fraction <= 0:
+        return f"M{x - r},{y} a{r},{r} 0 1,0 {2 * r},0 a{r},{r} 0 1,0 {-2 * r},0"
+    if fraction >= 1:
+        return f"M{x - r},{y - r} h{2 * r} v{2 * r} h{-2 * r} Z"
+    return f"M{x},{y - r * 1.2} L{x + r * 1.1},{y + r * 0.8} L{x - r * 1.1},{y + r * 0.8} Z"
+
+
+def trial_hover(row: pd.Series) -> str:
+    def num(key, fmt):
+        v = row.get(key)
+        return "" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, fmt)
+
+    parts = [f"trial {int(row['number'])}: checkpointing {checkpoint_label(row['checkpointing'])}, "
+             f"{row['precision']}, micro_batch {int(row['micro_batch'])} x accumulation {int(row['accumulation'])}",
+             f"offload {str(row.get('offload', False)).lower()}, allocator {row.get('allocator', 'default')}",
+             f"peak {num('peak_memory_gib', '.2f')} GiB (device {num('device_peak_gib', '.2f')} GiB)",
+             f"{num('samples_per_s', '.1f')} samples/s (spread {num('time_spread', '.1%')})"]
+    if row.get("roi") is not None and not (isinstance(row.get("roi"), float) and math.isnan(row["roi"])):
+        parts.append(f"ROI {row['roi']:.2f}, memory saved {num('memory_saved_gib', '.2f')} GiB")
+    return "\n".join(parts)
+
+
+def scatter(points: pd.DataFrame, x: str, y: str, x_label: str, y_label: str, plot_id: str,
+            front: Optional[pd.DataFrame] = None, best: Optional[Mark] = None, baseline: Optional[Mark] = None,
+            vlines: Sequence[tuple] = (), x_from_zero: bool = True) -> str:
+    """The SVG of ``points`` (rows of the scored trials table) at columns ``x``, ``y``."""
+    esc = html.escape
+    xs = [float(v) for v in points[x]] + [m.x for m in (best, baseline) if m is not None]
+    ys = [float(v) for v in points[y]] + [m.y for m in (best, baseline) if m is not None]
+    top = max(xs) if xs else 1.0
+    shown_lines = [(v, lab) for v, lab in vlines if v <= 2 * top]  # a budget far right would squash the points
+    x_lo = 0.0 if x_from_zero else min(xs + [0.0])
+    x_hi = max(xs + [v for v, _ in shown_lines] + [x_lo + 1e-9]) * 1.08
+    y_lo, y_hi = min(ys + [0.0]), max(ys + [1e-9]) * 1.1
+    if y_lo < 0:
+        y_lo *= 1.1
+
+    def px(v):
+        return LEFT + (v - x_lo) / (x_hi - x_lo) * (W - LEFT - RIGHT)
+
+    def py(v):
+        return H - BOTTOM - (v - y_lo) / (y_hi - y_lo) * (H - TOP - BOTTOM)
+
+    out = [f'<svg id="{plot_id}" class="plot" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {H}" '
+           f'width="{W}" height="{H}" role="img" font-family="sans-serif" font-size="11">',
+           f'<rect x="{LEFT}" y="{TOP}" width="{W - LEFT - RIGHT}" height="{H - TOP - BOTTOM}" fill="white" '
+           'stroke="#999"/>']
+    for t in _ticks(x_lo, x_hi):
+        out.append(f'<line x1="{px(t):.1f}" x2="{px(t):.1f}" y1="{TOP}" y2="{H - BOTTOM}" stroke="#eee"/>'
+                   f'<text x="{px(t):.1f}" y="{H - BOTTOM + 15}" text-anchor="middle">{t:g}</text>')
+    for t in _ticks(y_lo, y_hi):
+        out.append(f'<line x1="{LEFT}" x2="{W - RIGHT}" y1="{py(t):.1f}" y2="{py(t):.1f}" stroke="#eee"/>'
+                   f'<text x="{LEFT - 6}" y="{py(t) + 4:.1f}" text-anchor="end">{t:g}</text>')
+    out.append(f'<text x="{(LEFT + W - RIGHT) / 2}" y="{H - 12}" text-anchor="middle">{esc(x_label)}</text>'
+               f'<text transform="translate(16,{(TOP + H - BOTTOM) / 2}) rotate(-90)" text-anchor="middle">'
+               f'{esc(y_label)}</text>')
+    if y_lo < 0:
+        out.append(f'<line x1="{LEFT}" x2="{W - RIGHT}" y1="{py(0):.1f}" y2="{py(0):.1f}" stroke="#666"/>')
+    legend = []
+    for i, (v, lab) in enumerate(sorted(vlines)):
+        dash = ["6,4", "2,3", "8,3,2,3"][i % 3]
+        if (v, lab) in shown_lines:
+            out.append(f'<line class="budget-line" x1="{px(v):.1f}" x2="{px(v):.1f}" y1="{TOP}" y2="{H - BOTTOM}" '
+                       f'stroke="red" stroke-dasharray="{dash}"><title>{esc(lab)}</title></line>')
+        legend.append((f'<line x1="0" x2="18" y1="0" y2="0" stroke="red" stroke-dasharray="{dash}"/>',
+                       lab + ("" if (v, lab) in shown_lines else " (beyond the right edge)")))
+    if front is not None and len(front) > 1:
+        pts = " ".join(f"{px(a):.1f},{py(b):.1f}" for a, b in zip(front[x], front[y]))
+        out.append(f'<polyline class="pareto-front" points="{pts}" fill="none" stroke="black" stroke-opacity="0.6"/>')
+        legend.append(('<line x1="0" x2="18" y1="0" y2="0" stroke="black"/>', "Pareto front"))
+    seen = {}
+    for _, r in points.iterrows():
+        colour = PRECISION_COLOURS.get(r["precision"], "grey")
+        offload = str(r.get("offload", False)).lower() == "true"
+        fits = str(r.get("fits_budget", True)).lower() == "true"
+        frac = checkpoint_fraction(r["checkpointing"])
+        d = _shape(frac, px(float(r[x])), py(float(r[y])))
+        fill = "white" if offload else colour
+        out.append(f'<path class="trial-point" d="{d}" fill="{fill}" stroke="{colour}" stroke-width="1.6" '
+                   f'opacity="{1 if fits else 0.35}" data-number="{int(r["number"])}" '
+                   f'data-config="{esc(trial_hover(r).splitlines()[0])}"><title>{esc(trial_hover(r))}</title></path>')
+        key = (checkpoint_label(r["checkpointing"]), r["precision"], offload)
+        seen.setdefault(key, (frac, colour, fill))
+    for m, style, cls in ((best, 'fill="none" stroke="red" stroke-width="2"', "best-mark"),
+                          (baseline, 'fill="none" stroke="black" stroke-width="1.5"', "baseline-mark")):
+        if m is None:
+            continue
+        cx, cy = px(m.x), py(m.y)
+        shape = (f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="11" {style}' if cls == "best-mark" else
+                 f'<path d="M{cx},{cy - 10} L{cx + 10},{cy} L{cx},{cy + 10} L{cx - 10},{cy} Z" {style}')
+        out.append(f'{shape} class="{cls}"><title>{esc(m.label)}</title></{"circle" if cls == "best-mark" else "path"}>')
+        legend.append((f'<circle cx="9" cy="0" r="6" {style}/>' if cls == "best-mark" else
+                       f'<path d="M9,-6 L15,0 L9,6 L3,0 Z" {style}/>', "best" if cls == "best-mark" else "baseline"))
+    for (ckpt, prec, offload), (frac, colour, fill) in sorted(seen.items(), key=lambda kv: (kv[1][0], kv[0][1:])):
+        legend.append((f'<path d="{_shape(frac, 9, 0, 5)}" fill="{fill}" stroke="{colour}" stroke-width="1.6"/>',
+                       f"ckpt {ckpt} / {prec}" + (" / offload" if offload else "")))
+    lx = W - RIGHT + 14
+    for i, (sym, text) in enumerate(legend):
+        y0 = TOP + 8 + 16 * i
+        out.append(f'<g transform="translate({lx},{y0})">{sym}<text x="24" y="4">{esc(text)}</text></g>')
+    out.append("</svg>")
+    return "\n".join(out)
