@@ -93,6 +93,10 @@ class TuneConfig:
     cpu_reduce: bool = True  # on CPU, apply model.cpu so the run stays short
     study_name: Optional[str] = None  # default: <model>-<space>-<budget>GiB-<digest of the measured setup>
     storage: Optional[str] = None  # an Optuna storage URL; default: SQLite outputs/autotune.db
+    # true: the best configuration runs once more, in a process of its own, under
+    # torch.profiler; its trace (profile/trace.json, for chrome://tracing or Perfetto) and
+    # the top operators (profile/top_ops.txt) land next to the report.
+    profile: bool = False
 
 
 def register() -> None:

@@ -53,6 +53,7 @@ class Plan:
     n_trials: Optional[int] = None
     search_timeout_s: Optional[float] = None
     reductions: List[str] = field(default_factory=list)  # what a CPU run shrank, for the log and report
+    profile: bool = False  # trace the best configuration once more under torch.profiler
 
     @property
     def choices(self) -> Dict[str, list]:
@@ -207,4 +208,4 @@ def make_plan(cfg: TuneConfig, overridden: frozenset = frozenset()) -> Plan:
         study_name=cfg.study_name or default_study_name(cfg.model.name, cfg.search_space.name, budgets, measured),
         storage=cfg.storage, reductions=reductions, search=sc.strategy, n_trials=sc.n_trials,
         search_timeout_s=sc.timeout,
-        reuse_worker=t.reuse_worker if t.reuse_worker is not None else device.kind == "cuda")
+        reuse_worker=t.reuse_worker if t.reuse_worker is not None else device.kind == "cuda", profile=cfg.profile)

@@ -155,6 +155,15 @@ def _environment_html(meta: dict) -> str:
     return f"<table class='environment'>{cells}</table>"
 
 
+def _profile_html(meta: dict) -> str:
+    if not meta.get("profile"):
+        return ""
+    trace = html.escape(meta["profile"])
+    return (f"<h2>Profile of the best configuration</h2><p>torch.profiler trace of its measured steps, from a run of "
+            f"its own: <a href='{trace}'>{trace}</a> (open it in chrome://tracing or Perfetto); the operators "
+            f"that took the most time are in <code>profile/top_ops.txt</code>.</p>")
+
+
 def _gib(v) -> Optional[str]:
     return None if v is None else f"{v:g} GiB"
 
@@ -255,6 +264,7 @@ th {{ background: #f3f3f3; }} .best {{ font-size: 1.1em; }} code {{ background: 
 <h2>Measured on</h2>
 {_environment_html(meta)}
 <p>Reproduce: <code>{esc(meta['command'])}</code> (a new study_name measures again; the same one resumes).</p>
+{_profile_html(meta)}
 <script>{SORT_SCRIPT}</script>
 </body></html>
 """

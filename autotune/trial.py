@@ -66,6 +66,23 @@ def saved_bytes(workload, strategy: Strategy, device: torch.device, device_type:
     return out
 
 
+def start_profiler(device_type: str):
+    """torch.profiler over the measured steps (the profile run only: it slows what it sees)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device_type == "cuda" else [])
+    prof = profile(activities=activities, profile_memory=True)
+    prof.__enter__()
+    return prof
+
+
+def write_profile(prof, out: Path, device_type: str) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    prof.export_chrome_trace(str(out / "trace.json"))
+    key = "self_cuda_time_total" if device_type == "cuda" else "self_cpu_time_total"
+    (out / "top_ops.txt").write_text(prof.key_averages().table(sort_by=key, row_limit=30))
+
+
 def batch_device(batch):
     if isinstance(batch, torch.Tensor):
         return batch.device
@@ -120,7 +137,10 @@ def run(spec: dict) -> dict:
     warmup, measure = spec["warmup_steps"], spec["measure_steps"]
     step_times, losses, in_use = [], [], []
     status, cause = "ok", None
+    profiler = None
     for i in range(warmup + measure):
+        if i == warmup and spec.get("profile_dir"):
+            profiler = start_profiler(device_type)
         if i == warmup and memory is None:
             probe.start_window()
         sync()
@@ -137,6 +157,9 @@ def run(spec: dict) -> dict:
                 status, cause = "nan", f"non-finite loss {loss} at measured step {i - warmup}"
                 break
     timings["measured_s"] = sum(step_times)
+    if profiler is not None:
+        profiler.__exit__(None, None, None)
+        write_profile(profiler, Path(spec["profile_dir"]), device_type)
     measured_memory = memory or probe.finish()  # before anything below can touch the allocator
     # What no micro-batch changes: parameters, their gradients and the optimizer's state
     # (the floor of the memory line the auto search fits).

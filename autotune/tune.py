@@ -18,6 +18,7 @@ from autotune.report import write_report
 from autotune.results import summary, write_outputs
 from autotune.budgets import budgets_summary, budgets_table, per_budget
 from autotune.device import environment
+from autotune.profile import profile_best
 from autotune.review import record_settings, scored_for_report
 from autotune.storage import StorageError, default_storage, open_study, redact, snapshot
 
@@ -95,6 +96,10 @@ def tune(cfg: DictConfig, run_dir: Path, overrides=()) -> int:
     primary = results[0]
     scored, best, baseline = scored_for_report(results), primary.best, primary.baseline
     files = write_outputs(run_dir, plan, results, command)
+    if plan.profile and primary.best is not None and not interrupted:
+        trace = profile_best(plan, scored.loc[primary.best], run_dir)
+        if trace is not None:
+            meta["profile"] = str(trace.relative_to(run_dir))
     report = write_report(run_dir, scored, best, baseline, meta, budgets_table(results) if len(results) > 1 else None)
     log.info(summary(scored, best, plan.objective))
     if len(results) > 1:

@@ -147,17 +147,27 @@ def _offloaded(forward, device_type: str):
 
 
 def load_tuned(path) -> Tuned:
+    """Read a ``best.yaml`` (or the ``best.yaml`` of a run directory)."""
     path = Path(path)
     if path.is_dir():
         path = path / "best.yaml"
     try:
         data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise ValueError(f"{path}: not a readable autotune best.yaml ({type(e).__name__}: {e})") from None
+    return tuned_from_dict(data, source=str(path))
+
+
+def tuned_from_dict(data, source: str = "the tuned config") -> Tuned:
+    """A ``Tuned`` from best.yaml's content as a mapping: how a Hydra app that composes
+    best.yaml as a config group gets it (``tuned_from_dict(OmegaConf.to_container(cfg.tuned))``)."""
+    try:
         s = data["strategy"]
-        strategy = Strategy(checkpointing=s["checkpointing"], precision=s["precision"],
+        strategy = Strategy(checkpointing=str(s["checkpointing"]), precision=s["precision"],
                             micro_batch=int(s["micro_batch"]), accumulation=int(s["accumulation"]),
                             offload=bool(s.get("offload", False)), allocator=s.get("allocator", "default"))
-    except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError) as e:
-        raise ValueError(f"{path}: not a readable autotune best.yaml ({type(e).__name__}: {e})") from None
-    return Tuned(strategy=strategy, device_type=data.get("device", {}).get("kind", "cuda"),
-                 model=data.get("model", {}), measured=data.get("measured", {}), budget_gib=data.get("budget_gib"),
+    except (KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"{source}: not an autotune best.yaml ({type(e).__name__}: {e})") from None
+    return Tuned(strategy=strategy, device_type=(data.get("device") or {}).get("kind", "cuda"),
+                 model=data.get("model") or {}, measured=data.get("measured") or {}, budget_gib=data.get("budget_gib"),
                  memory_cap_gib=data.get("memory_cap_gib"))

@@ -73,3 +73,26 @@ def test_example_runs_as_a_script(tmp_path):
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["steps"] == 3 and result["samples_per_s"] > 0
+
+
+def test_best_yaml_composes_into_a_hydra_app_as_a_config_group(tmp_path):
+    import shutil
+
+    from tests.conftest import trial_env
+
+    app = ROOT / "examples" / "hydra_app" / "train.py"
+    # A user's own best.yaml, dropped into a `tuned` group directory on the search path.
+    group = tmp_path / "conf" / "tuned"
+    group.mkdir(parents=True)
+    shutil.copy(best_yaml(tmp_path, checkpointing="full", precision="fp32", micro_batch=2, accumulation=4),
+                group / "mine.yaml")
+    runs = {}
+    for choice, extra in (("example", []), ("mine", [f"hydra.searchpath=[file://{tmp_path / 'conf'}]"])):
+        out = subprocess.run([sys.executable, str(app), f"tuned={choice}", "steps=3", "device=cpu",
+                              f"hydra.run.dir={tmp_path / choice}", *extra], cwd=tmp_path, env=trial_env(),
+                             capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stdout + out.stderr
+        runs[choice] = json.loads(out.stdout.strip().splitlines()[-1])
+    assert runs["example"]["strategy"] == "ckpt=0.5 prec=fp32 mb=4 acc=2"
+    assert runs["mine"]["strategy"] == "ckpt=full prec=fp32 mb=2 acc=4"
+    assert all(r["steps"] == 3 and r["final_loss"] > 0 for r in runs.values())

@@ -124,3 +124,25 @@ def test_the_report_renders_in_headless_chromium_offline_and_without_errors(run)
     assert seen.remote == []  # nothing left the machine
     assert seen.errors == [], seen.errors
     assert (ARTIFACTS / "report.png").stat().st_size > 10_000
+
+
+def test_profile_traces_the_best_configuration_in_a_run_of_its_own(tmp_path):
+    import json
+
+    space = tmp_path / "space.yaml"
+    space.write_text("checkpointing: [none]\nprecision: [fp32]\nmicro_batch: {min: 4, max: 8}\n")
+    run_dir = tmp_path / "run"
+    out = run_cli(run_dir, "model=tiny", "device=cpu", "search=grid", "global_batch=8", "seq_len=16",
+                  "trial.warmup_steps=1", "trial.measure_steps=2", "trial.repeats=0", f"search_space.path={space}",
+                  "profile=true")
+    assert out.returncode == 0, out.stdout + out.stderr
+    trace = json.loads((run_dir / "profile" / "trace.json").read_text())
+    names = {e.get("name", "") for e in trace["traceEvents"]}
+    assert any(n.startswith("aten::") for n in names)  # the training step's operators
+    assert "aten::" in (run_dir / "profile" / "top_ops.txt").read_text()
+    assert "profile/trace.json" in (run_dir / "report.html").read_text()
+    # The profile run is not a trial: the study and trials.csv hold the two measured ones.
+    assert len(pd.read_csv(run_dir / "trials.csv")) == 2
+    best = yaml.safe_load((run_dir / "best.yaml").read_text())["strategy"]
+    spec = json.loads((run_dir / "profile" / "trial" / "spec.json").read_text())
+    assert spec["strategy"]["micro_batch"] == best["micro_batch"]

@@ -1,0 +1,41 @@
+"""``profile=true``: the best configuration once more under torch.profiler.
+
+A run of its own, in a fresh process like any trial, so the profiler's overhead never
+touches a measured figure: its trace (``profile/trace.json``: open it in chrome://tracing
+or https://ui.perfetto.dev) and the operators that took the most time
+(``profile/top_ops.txt``) are written next to the report.
+"""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Optional
+
+import pandas as pd
+
+from autotune.driver import strategy_of, trial_spec
+from autotune.plan import Plan
+from autotune.runner import run_trial
+from autotune.strategy import allocator_env, checkpoint_label
+
+log = logging.getLogger("autotune")
+
+
+def profile_best(plan: Plan, best: pd.Series, run_dir: Path) -> Optional[Path]:
+    """Trace ``best``'s measured steps; returns the trace's path, or None if the run failed."""
+    params = {"checkpointing": checkpoint_label(best["checkpointing"]), "precision": str(best["precision"]),
+              "micro_batch": int(best["micro_batch"]),  # plain Python values: the spec is JSON
+              "offload": str(best.get("offload", False)).lower() == "true",
+              "allocator": str(best.get("allocator", "default"))}
+    strategy = strategy_of(params, plan.global_batch)
+    out = run_dir / "profile"
+    spec = dict(trial_spec(plan, strategy), profile_dir=str(out.resolve()))
+    log.info(f"profiling the best configuration ({strategy.label().strip()}) under torch.profiler")
+    result = run_trial(spec, out / "trial", plan.timeout_s, env=allocator_env(strategy.allocator))
+    trace = out / "trace.json"
+    if result["status"] != "ok" or not trace.is_file():
+        log.warning(f"the profile run ended {result['status']}: {result.get('cause') or 'no trace written'} "
+                    f"(log: {out / 'trial' / 'log.txt'})")
+        return None
+    log.info(f"profile: {trace} (chrome://tracing or ui.perfetto.dev), top operators in {out / 'top_ops.txt'}")
+    return trace
