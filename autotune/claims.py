@@ -70,9 +70,12 @@ def enqueue_missing(study: optuna.Study, configs: Iterable[dict], user_attrs: Op
 
 
 def _process_start(pid: int) -> Optional[str]:
+    """The process's start time since boot, or None when it is gone. A zombie (dead, not
+    yet reaped: a killed worker its parent driver has not waited for) counts as gone."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[19]  # field 22: start time since boot
+            fields = f.read().rsplit(")", 1)[1].split()
+        return None if fields[0] in ("Z", "X") else fields[19]  # field 3: state; 22: start time
     except (OSError, IndexError):
         return None
 

@@ -21,6 +21,6 @@ def main(cfg: DictConfig) -> None:
     from autotune.tune import tune  # after Hydra has set up logging and the run directory
 
     hc = HydraConfig.get()
-    code = tune(cfg, Path(hc.runtime.output_dir), list(hc.overrides.task))
+    code = tune(cfg, Path(hc.runtime.output_dir), list(hc.overrides.task), list(hc.overrides.hydra))
     if code:
         sys.exit(code)

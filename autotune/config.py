@@ -97,6 +97,9 @@ class TuneConfig:
     # torch.profiler; its trace (profile/trace.json, for chrome://tracing or Perfetto) and
     # the top operators (profile/top_ops.txt) land next to the report.
     profile: bool = False
+    # Drivers on one study (autotune/workers.py): a number, or "auto" (one per visible GPU;
+    # one on CPU). On CUDA each worker gets a GPU of its own.
+    workers: Any = 1
 
 
 def register() -> None:

@@ -98,9 +98,9 @@ class MemoryGrowthWarning(UserWarning):
 
 
 class LeakCheck:
-    """Call ``step()`` after each training step; warns once when memory in use did not fall
-    in at least ``share`` of the last ``window`` steps and rose by more than
-    ``min_growth_mib`` over them. In use: ``torch.cuda.memory_allocated`` on CUDA, the resident set size on CPU.
+    """Call ``step()`` after each training step; warns once when, over the last ``window``
+    steps, memory in use rose by more than ``min_growth_mib`` and a later reading was at
+    or above an earlier one in at least ``share`` of all pairs of readings. In use: ``torch.cuda.memory_allocated`` on CUDA, the resident set size on CPU.
     A steady run's memory is flat after its first steps; a leak's climbs every step."""
 
     def __init__(self, window: int = 10, share: float = 0.8, min_growth_mib: float = 16.0, device=None):
@@ -125,15 +125,18 @@ class LeakCheck:
         last = self.readings[-(self.window + 1):]
         if len(last) <= self.window:
             return False
-        # Not falling counts as growing: an allocator hands out memory in chunks, so a leak's
-        # readings rise in steps with flat ones between.
-        held = sum(b >= a for a, b in zip(last, last[1:]))
+        # Rank trend, not step-to-step: of all pairs of readings, the share where the later
+        # one is not below the earlier. An allocator hands memory out in chunks and gives
+        # some back now and then, so a leak's readings rise with flat steps and a few dips;
+        # a steady run's stay flat (every pair "not below", but no growth).
+        pairs = [(a, b) for i, a in enumerate(last) for b in last[i + 1:]]
+        held = sum(b >= a for a, b in pairs) / len(pairs)
         growth = last[-1] - last[0]
-        leaking = held >= self.share * self.window and growth > self.min_growth
+        leaking = held >= self.share and growth > self.min_growth
         if leaking and not self.fired:
             self.fired = True
-            warnings.warn(f"memory in use rose by {growth / 2**20:.1f} MiB over the last {self.window} steps and "
-                          f"fell in only {self.window - held} of them: something keeps references from step to step "
-                          "(a stored loss tensor instead of loss.item(), a list of outputs, a growing cache)",
-                          MemoryGrowthWarning, stacklevel=2)
+            warnings.warn(f"memory in use rose by {growth / 2**20:.1f} MiB over the last {self.window} steps, "
+                          f"later readings at or above earlier ones in {held:.0%} of pairs: something keeps "
+                          "references from step to step (a stored loss tensor instead of loss.item(), a list of "
+                          "outputs, a growing cache)", MemoryGrowthWarning, stacklevel=2)
         return leaking

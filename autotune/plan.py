@@ -12,6 +12,7 @@ from typing import Dict, List, Optional
 from autotune.config import TuneConfig
 from autotune.device import DeviceInfo, resolve_device
 from autotune.scoring import OBJECTIVES
+from autotune.workers import visible_gpus, worker_count
 from autotune.space import SearchSpace, divisors, load_space
 
 
@@ -54,6 +55,7 @@ class Plan:
     search_timeout_s: Optional[float] = None
     reductions: List[str] = field(default_factory=list)  # what a CPU run shrank, for the log and report
     profile: bool = False  # trace the best configuration once more under torch.profiler
+    workers: int = 1  # drivers on this study (autotune/workers.py)
 
     @property
     def choices(self) -> Dict[str, list]:
@@ -80,6 +82,19 @@ def _check_builder(target: str, problems: List[str]) -> None:
 
 STARTUP_S = 120.0  # interpreter, imports, CUDA context and model build, with room to spare
 STEP_S = 60.0  # per optimizer step (warm-up, memory step and timed steps)
+
+
+def _check_workers(value, device) -> List[str]:
+    if value == "auto":
+        return []
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        return [f"workers={value}: must be a whole number >= 1 or auto (one per visible GPU); e.g. workers=2"]
+    if device is not None and device.kind == "cuda":
+        gpus = len(visible_gpus())
+        if value > max(1, gpus):
+            return [f"workers={value}: only {gpus} GPU(s) visible and each CUDA worker needs its own; use "
+                    f"workers={max(1, gpus)} or workers=auto"]
+    return []
 
 
 def default_timeout(warmup_steps: int, measure_steps: int) -> float:
@@ -145,6 +160,7 @@ def make_plan(cfg: TuneConfig, overridden: frozenset = frozenset()) -> Plan:
         problems.append(f"search.n_trials={sc.n_trials}: must be >= 1, or null for no limit; e.g. search.n_trials=20")
     if sc.timeout is not None and sc.timeout <= 0:
         problems.append(f"search.timeout={sc.timeout:g}: must be > 0 seconds, or null for no limit; e.g. search.timeout=1800")
+    problems += _check_workers(cfg.workers, device)
     if t.reuse_worker is True and device is not None and device.kind != "cuda":
         problems.append("trial.reuse_worker=true: only for CUDA runs. A CPU trial's memory is its process's peak RSS, "
                         "which a reused process does not measure as a fresh one does (a tiny MLP: 0.0004 GiB in a "
@@ -208,4 +224,5 @@ def make_plan(cfg: TuneConfig, overridden: frozenset = frozenset()) -> Plan:
         study_name=cfg.study_name or default_study_name(cfg.model.name, cfg.search_space.name, budgets, measured),
         storage=cfg.storage, reductions=reductions, search=sc.strategy, n_trials=sc.n_trials,
         search_timeout_s=sc.timeout,
-        reuse_worker=t.reuse_worker if t.reuse_worker is not None else device.kind == "cuda", profile=cfg.profile)
+        reuse_worker=t.reuse_worker if t.reuse_worker is not None else device.kind == "cuda", profile=cfg.profile,
+        workers=worker_count(cfg.workers, device))

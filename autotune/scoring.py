@@ -129,7 +129,12 @@ def within_noise(scored: pd.DataFrame, objective: str) -> pd.Series:
     if not ok.any():
         return ok
     top = scored.loc[ok, key].idxmax()
-    return ok & (scored[f"{key}_hi"] >= scored.loc[top, f"{key}_lo"])
+    # A spread of 100 % or more leaves a bound undefined (NaN): then it bounds nothing.
+    hi = scored[f"{key}_hi"].astype(float).fillna(np.inf)
+    top_lo = float(scored.loc[top, f"{key}_lo"])
+    tied = ok & (hi >= (top_lo if np.isfinite(top_lo) else -np.inf))
+    tied[top] = True
+    return tied
 
 
 def choose_best(scored: pd.DataFrame, objective: str) -> Optional[int]:

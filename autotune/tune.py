@@ -19,6 +19,7 @@ from autotune.results import summary, write_outputs
 from autotune.budgets import budgets_summary, budgets_table, per_budget
 from autotune.device import environment
 from autotune.profile import profile_best
+from autotune.workers import start_workers, stop_workers, wait_workers
 from autotune.review import record_settings, scored_for_report
 from autotune.storage import StorageError, default_storage, open_study, redact, snapshot
 
@@ -41,7 +42,8 @@ def _describe(plan: Plan) -> None:
              f"{n} configurations: " + " x ".join(f"{k} {v}" for k, v in grid.items() if len(v) > 1 or k in
                                                   ("checkpointing", "precision", "micro_batch")))
     limits = [f"{k}={v:g}" for k, v in (("n_trials", plan.n_trials), ("timeout", plan.search_timeout_s)) if v]
-    log.info(f"search: {plan.search}" + (f" ({', '.join(limits)})" if limits else ""))
+    log.info(f"search: {plan.search}" + (f" ({', '.join(limits)})" if limits else "")
+             + (f"; {plan.workers} workers on the study" if plan.workers > 1 else ""))
     if plan.reductions:
         log.info("CPU run: reduced so it finishes in minutes (GPU runs use the full size; cpu_reduce=false "
                  "turns this off): " + ", ".join(plan.reductions))
@@ -51,8 +53,9 @@ def _raise_interrupt(signum, frame):
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def tune(cfg: DictConfig, run_dir: Path, overrides=()) -> int:
-    """Run the whole loop; returns the process exit code."""
+def tune(cfg: DictConfig, run_dir: Path, overrides=(), hydra_overrides=()) -> int:
+    """Run the whole loop; returns the process exit code. ``hydra_overrides`` (hydra.*
+    settings such as a search path) are passed on to the other workers."""
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     try:
         plan = make_plan(OmegaConf.to_object(cfg), _overridden_keys(overrides))
@@ -70,13 +73,20 @@ def tune(cfg: DictConfig, run_dir: Path, overrides=()) -> int:
     log.info(f"study '{plan.study_name}' in {redact(storage)}")
     interrupted = False
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)  # SIGTERM cleans up like Ctrl-C
+    others = []
     try:
+        if plan.workers > 1:
+            others = start_workers(plan.workers, [*overrides, *hydra_overrides], run_dir, plan.study_name, storage,
+                                   plan.device)
         study = run_study(plan, run_dir, storage)
+        wait_workers(others)  # they may still be finishing a re-measurement
     except (StorageError, ModelBuildError) as e:
+        stop_workers(others)
         log.error(str(e))
         return 2
     except KeyboardInterrupt:
         interrupted = True
+        stop_workers(others)
         study = open_study(plan.study_name, storage, None)
     finally:
         signal.signal(signal.SIGTERM, previous)

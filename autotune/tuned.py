@@ -167,7 +167,7 @@ def tuned_from_dict(data, source: str = "the tuned config") -> Tuned:
                             micro_batch=int(s["micro_batch"]), accumulation=int(s["accumulation"]),
                             offload=bool(s.get("offload", False)), allocator=s.get("allocator", "default"))
     except (KeyError, TypeError, ValueError) as e:
-        raise ValueError(f"{source}: not an autotune best.yaml ({type(e).__name__}: {e})") from None
+        raise ValueError(f"{source}: not a readable autotune best.yaml ({type(e).__name__}: {e})") from None
     return Tuned(strategy=strategy, device_type=(data.get("device") or {}).get("kind", "cuda"),
                  model=data.get("model") or {}, measured=data.get("measured") or {}, budget_gib=data.get("budget_gib"),
                  memory_cap_gib=data.get("memory_cap_gib"))

@@ -114,3 +114,19 @@ def test_a_trial_claimed_a_moment_ago_without_its_owner_yet_is_not_orphaned(stud
     monkeypatch.setattr("autotune.claims.STALE_S", 0.0)
     assert [r["params"] for r in recover(study)] == [CONFIGS[0]]
     assert study.get_trials()[0].user_attrs["cause"] == ORPHANED
+
+
+def test_a_dead_unreaped_process_counts_as_gone():
+    import time
+
+    from autotune.claims import _process_start
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    for _ in range(100):  # it exits at once, and stays a zombie until waited for
+        time.sleep(0.05)
+        with open(f"/proc/{child.pid}/stat") as f:
+            if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                break
+    assert _process_start(child.pid) is None
+    child.wait()
+    assert _process_start(os.getpid()) is not None

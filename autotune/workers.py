@@ -1,0 +1,91 @@
+"""``workers=N``: N drivers on one study, the study storage their only coordinator.
+
+The driver the user started is worker 0. It starts N-1 more ``python -m autotune``
+processes with the same command, the same study and storage, each in a run directory of
+its own (``<run>/workers/<k>/``) and, on CUDA, pinned to a GPU of its own through
+``CUDA_VISIBLE_DEVICES``. Each claims configurations from the queue in the storage (the
+storage's atomic claim: no configuration runs twice), and a worker that dies leaves its
+trial to be closed and retried once by another (``claims.recover``). Worker 0 waits for
+the others, then writes the outputs, which cover the whole study.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+from pathlib import Path
+from typing import List, Optional
+
+from autotune.device import DeviceInfo
+
+log = logging.getLogger("autotune")
+
+
+def visible_gpus() -> List[str]:
+    """The GPUs this process may use, as CUDA_VISIBLE_DEVICES names them (no CUDA context made)."""
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        return [d.strip() for d in env.split(",") if d.strip()]
+    import torch
+
+    return [str(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
+
+
+def worker_count(value, device: Optional[DeviceInfo]) -> int:
+    """``workers`` as a number: ``auto`` is one per visible GPU on CUDA, one on CPU."""
+    if value == "auto":
+        return max(1, len(visible_gpus())) if device is not None and device.kind == "cuda" else 1
+    return int(value)
+
+
+def start_workers(n: int, overrides: List[str], run_dir: Path, study_name: str, storage: str,
+                  device: DeviceInfo) -> List[subprocess.Popen]:
+    """Start workers 1..n-1; worker 0 is the calling driver."""
+    from autotune.runner import _start
+
+    gpus = []
+    if device.kind == "cuda":
+        visible = visible_gpus()
+        mine = visible[device.index] if device.index < len(visible) else str(device.index)
+        gpus = [g for g in visible if g != mine]
+    keep = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") not in
+            ("workers", "study_name", "storage", "hydra.run.dir", "hydra.job.name", "device")]
+    procs = []
+    for k in range(1, n):
+        env = {}
+        if device.kind == "cuda":
+            env["CUDA_VISIBLE_DEVICES"] = gpus[k - 1]
+        wdir = run_dir / "workers" / str(k)
+        wdir.mkdir(parents=True, exist_ok=True)
+        argv = ["autotune", *keep, "workers=1", f"study_name={study_name}", f"storage={storage}",
+                f"hydra.run.dir={wdir}", "device=cuda:0" if device.kind == "cuda" else f"device={device.kind}"]
+        with open(wdir / "worker.log", "wb") as out:
+            proc = _start(argv, {**env, "AUTOTUNE_WORKER": str(k)}, stdout=out, stderr=subprocess.STDOUT)
+        where = f" on GPU {env['CUDA_VISIBLE_DEVICES']}" if env else ""
+        log.info(f"worker {k} started{where} (pid {proc.pid}, log {wdir / 'worker.log'})")
+        procs.append(proc)
+    return procs
+
+
+def wait_workers(procs: List[subprocess.Popen]) -> None:
+    for k, proc in enumerate(procs, start=1):
+        code = proc.wait()
+        if code != 0:  # killed, or stopped by an error; a trial it left running was retried by another
+            log.warning(f"worker {k} (pid {proc.pid}) ended with exit code {code}; see its worker.log")
+
+
+def stop_workers(procs: List[subprocess.Popen]) -> None:
+    """Interrupt the other workers as Ctrl-C interrupts this one (they record what they ran)."""
+    for proc in procs:
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+    for proc in procs:
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
