@@ -90,6 +90,13 @@ def _load_study(url: str, study_name: Optional[str]) -> optuna.Study:
     return optuna.load_study(study_name=study_name, storage=storage)
 
 
+def _default_roi() -> dict:
+    """The project's default prices (conf/roi/default.yaml), for a run that recorded none."""
+    from autotune.cli import CONF_DIR
+
+    return yaml.safe_load((Path(CONF_DIR) / "roi" / "default.yaml").read_text())
+
+
 def _settings_from_run_dir(run_dir: Path) -> dict:
     """Settings of a run directory made before the run stored them in its study."""
     best = run_dir / "best.yaml"
@@ -101,7 +108,7 @@ def _settings_from_run_dir(run_dir: Path) -> dict:
                      if (m := re.fullmatch(r"best-([\d.]+)GiB\.yaml", p.name)))
     if budgets and float(tuned["budget_gib"]) in budgets:  # the primary budget first, as the run had it
         budgets.remove(float(tuned["budget_gib"]))
-    roi = {"memory_price_per_gib_hour": 0.025, "compute_price_per_hour": 3.5, "workload_samples": 1e7}
+    roi = _default_roi()
     hydra_cfg = run_dir / ".hydra" / "config.yaml"
     if hydra_cfg.is_file():
         roi.update(yaml.safe_load(hydra_cfg.read_text()).get("roi") or {})

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from autotune.claims import ORPHANED
+from autotune.storage import make_storage
 from tests.conftest import ROOT, cli_command, trial_env
 from tests.test_reliability import faulty, space_file, study_trials
 
@@ -53,7 +54,7 @@ def test_n_workers_measure_each_configuration_once_and_match_one_worker(tmp_path
                              capture_output=True, text=True, timeout=900)
         assert out.returncode == 0, out.stdout + out.stderr
         assert f"{n} workers on the study" in out.stdout and f"worker {n - 1} started" in out.stdout
-        st = optuna.load_study(study_name=name, storage=_storage(url))
+        st = optuna.load_study(study_name=name, storage=make_storage(url))
         done = check_once_each(st.get_trials(deepcopy=False))
         assert len({t.user_attrs["owner"]["pid"] for t in done}) >= 2  # the work was shared
         # The outputs cover the whole study, with the same content as a one-worker run's
@@ -73,16 +74,9 @@ def test_n_workers_measure_each_configuration_once_and_match_one_worker(tmp_path
 
 
 def _password(url):
-    import re
+    from urllib.parse import urlsplit
 
-    m = re.match(r"^[\w+.-]+://[^:/@]*:([^@]*)@", url)
-    return m.group(1) if m else None
-
-
-def _storage(url):
-    from autotune.storage import make_storage
-
-    return make_storage(url)
+    return urlsplit(url).password
 
 
 def test_a_worker_killed_mid_trial_leaves_its_trial_retried_once(tmp_path):
