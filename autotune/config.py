@@ -61,16 +61,20 @@ class TrialConfig:
     # Timed optimizer steps; the median and spread come from these. On the H200 five steps
     # gave BERT-large spreads of up to 13 % (an IQR of five points), ten at most 2 %.
     measure_steps: int = 10
+    # ... and at least this many seconds of them (at most 200 steps): a fast configuration
+    # is timed over more steps, so the fixed cost of its fresh process stays a small share.
+    min_measure_s: float = 5.0
     # Wall-clock limit of one trial process, start-up included. Default: derived from the
     # steps it runs (STARTUP_S plus STEP_S per optimizer step; see plan.default_timeout).
     timeout_s: Optional[float] = None
     # Fresh-process re-measurements of each close contender (the top two, and any other
     # within the measured spread of the top one) before the winner is named; 0: none.
     repeats: int = 1
-    # Run consecutive trials in one warm worker process (restarted after any failure)
-    # instead of a fresh process each: saves the start-up (imports, CUDA context).
-    # null: on for CUDA runs (measured the same as fresh processes), off on CPU (refused).
-    reuse_worker: Optional[bool] = None
+    # How each trial gets its fresh process: fork (a child of a server that has imported
+    # torch and the model's builder, autotune/forkserver.py) or fresh (a new interpreter,
+    # python -m autotune.trial, paying the imports every time). Both measure in a process
+    # that never ran another trial.
+    isolation: str = "fork"
     lr: float = 1e-4  # AdamW learning rate
     seed: int = 0
 

@@ -23,8 +23,9 @@ from typing import Callable, Optional
 import optuna
 
 from autotune.plan import Plan
-from autotune.runner import WarmWorker, run_trial
+from autotune.runner import ForkServer, run_trial
 from autotune.space import skip_reason
+from autotune.clean_start import trusted
 from autotune.claims import Heartbeat, cut_short, duplicate_of, enqueue_missing, is_duplicate, recover
 from autotune.search import QueueSearch, make_search
 from autotune.storage import open_study
@@ -52,6 +53,7 @@ def trial_spec(plan: Plan, strategy: Strategy) -> dict:
         "strategy": strategy.as_dict(),
         "warmup_steps": plan.warmup_steps,
         "measure_steps": plan.measure_steps,
+        "min_measure_s": plan.min_measure_s,
         "lr": plan.lr,
         "seed": plan.seed,
         "memory_cap_gib": plan.memory_cap_gib,
@@ -89,6 +91,10 @@ def _flat_attrs(result: dict) -> dict:
 
 class ModelBuildError(RuntimeError):
     """The model could not be built: every configuration builds the same model, so the study stops."""
+
+
+class IsolationError(RuntimeError):
+    """A trial found its process not clean (clean_start.py): no later figure could be trusted."""
 
 
 def _counts(study: optuna.Study) -> tuple:
@@ -200,6 +206,8 @@ def _measure(study, trial: optuna.Trial, plan: Plan, run_dir: Path, choices: dic
     else:
         study.tell(trial, state=optuna.trial.TrialState.PRUNED if result["status"] in ("skipped", "pruned")
                    else optuna.trial.TrialState.FAIL)
+    if result.get("phase") == "isolation":
+        raise IsolationError(f"{result['cause']} (trial {trial.number}); the study stopped here")
     if result.get("phase") == "build":
         raise ModelBuildError(f"{result['cause']} (trial {trial.number}, log: {run_dir / 'trials' / f'{trial.number:03d}' / 'log.txt'}). "
                               "Every configuration builds the same model, so the study stopped here; fix the "
@@ -207,10 +215,11 @@ def _measure(study, trial: optuna.Trial, plan: Plan, run_dir: Path, choices: dic
 
 
 def oom_at_smaller_micro_batch(study: optuna.Study, params: dict):
-    """A finished trial of the same strategy at a smaller micro-batch that ran out of memory."""
+    """A finished trial of the same strategy at a smaller micro-batch that ran out of memory
+    in a clean process (clean_start.py)."""
     same = {k: v for k, v in params.items() if k != "micro_batch"}
     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.FAIL,)):
-        if (t.user_attrs.get("status") == "oom" and t.params.get("micro_batch", params["micro_batch"]) < params["micro_batch"]
+        if (t.user_attrs.get("status") == "oom" and trusted(t.user_attrs) and t.params.get("micro_batch", params["micro_batch"]) < params["micro_batch"]
                 and all(t.params.get(k) == v for k, v in same.items())):
             return t
     return None
@@ -243,18 +252,23 @@ def run_study(plan: Plan, run_dir: Path, storage: str, on_trial: Callable[[str],
     if done_before:
         on_trial(f"resuming study '{plan.study_name}': {done_before} trial(s) finished, {added} new "
                  f"configuration(s), {len(retried)} retried")
-    stopping = Stopping(plan.n_trials, plan.search_timeout_s)
-    warm = WarmWorker() if plan.reuse_worker and runner is run_trial else None
+    forks = ForkServer(plan.model_target) if plan.isolation == "fork" and runner is run_trial else None
     try:
-        measure_queue(study, plan, run_dir, search, stopping, on_trial, warm or runner,
-                      of=None if plan.search == "grid" else len(configs))
+        _search_and_confirm(study, plan, run_dir, search, on_trial, forks or runner, len(configs))
     finally:
-        if warm is not None:
-            warm.close()
+        if forks is not None:
+            forks.close()
+    return study
+
+
+def _search_and_confirm(study, plan: Plan, run_dir: Path, search, on_trial, runner, n_configs: int) -> None:
+    stopping = Stopping(plan.n_trials, plan.search_timeout_s)
+    measure_queue(study, plan, run_dir, search, stopping, on_trial, runner,
+                  of=None if plan.search == "grid" else n_configs)
     if stopping.reason:
         on_trial(f"search stopped: {stopping.reason}; the same command with a larger limit resumes it")
     elif plan.search != "grid":
-        on_trial(f"search '{plan.search}' ended: {trials_run(study)} of {len(configs)} configurations run")
+        on_trial(f"search '{plan.search}' ended: {trials_run(study)} of {n_configs} configurations run")
     if plan.repeats and not (stopping.reason and "timeout" in stopping.reason):
         from autotune.confirm import contenders  # needs scoring, which needs the table built here
 
@@ -265,6 +279,5 @@ def run_study(plan: Plan, run_dir: Path, storage: str, on_trial: Callable[[str],
                 enqueue_missing(study, [base.params], {"repeat": k, "repeat_of": number})
         if picked:
             on_trial(f"re-measuring {len(picked)} close contender(s) {plan.repeats} more time(s) each, "
-                     "in fresh processes")
-        measure_queue(study, plan, run_dir, None, None, on_trial, runner)  # fresh processes, even with a worker
-    return study
+                     "each in a fresh process")
+        measure_queue(study, plan, run_dir, None, None, on_trial, runner)

@@ -11,7 +11,10 @@ is the high-water mark of every earlier step and hides what checkpointing saves
 allocation over 64 KiB on its own (returned to the system when freed) from before the
 model is built until that memory step ends, resets the kernel's peak counter at its start
 (/proc/self/clear_refs), then gives glibc its usual heap back (mmap threshold 32 MiB, its
-own maximum) for the warm-up and timed steps.
+own maximum) for the warm-up and timed steps. Pages of mapped files (library code) that
+become resident after the baseline are subtracted: they are not the trial's memory, and a
+process forked from a pre-imported parent maps them again as it first runs the code
+(measured: +20 % on a tiny model's peak without this correction).
 """
 from __future__ import annotations
 
@@ -29,6 +32,18 @@ from autotune.device import GIB, nvml_handle, nvml_used_bytes
 def _rss_bytes() -> int:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * resource.getpagesize()
+
+
+def _rss_file_bytes() -> int:
+    """Resident pages of mapped files (the libraries' code and data): not the trial's memory."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("RssFile:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
 
 
 def _peak_rss_bytes() -> int:
@@ -62,6 +77,7 @@ class CpuMemory:
     def __init__(self) -> None:
         self.mapped = _mallopt_mmap_threshold(64 * 1024)
         self.baseline = _rss_bytes()
+        self.baseline_file = _rss_file_bytes()
         self.method = "lifetime peak RSS"
 
     def start_window(self) -> None:
@@ -82,12 +98,10 @@ class CpuMemory:
         return _rss_bytes() - self.baseline
 
     def finish(self) -> dict:
-        peak = _peak_rss_bytes() - self.baseline
+        library_pages = max(0, _rss_file_bytes() - self.baseline_file)
+        peak = _peak_rss_bytes() - self.baseline - library_pages
         return {"peak_memory_gib": peak / GIB, "peak_rss_gib": peak / GIB, "baseline_rss_gib": self.baseline / GIB,
                 "cpu_memory_method": self.method}
-
-
-_CONTEXT: dict = {}  # device index -> (NVML used before this process's context, the context's size)
 
 
 class CudaMemory:
@@ -97,24 +111,19 @@ class CudaMemory:
     def __init__(self, index: int) -> None:
         self.index = index
         self.handle = nvml_handle(index)
-        if index not in _CONTEXT:  # a warm worker's later trials reuse its first figures
-            nvml_before = nvml_used_bytes(self.handle)  # other processes' use, before our context
-            torch.cuda.set_device(index)
-            torch.empty(1, device=f"cuda:{index}")  # creates the context
-            torch.cuda.synchronize()
-            after = nvml_used_bytes(self.handle)
-            _CONTEXT[index] = (nvml_before, None if after is None else after - nvml_before - torch.cuda.memory_reserved())
+        self.nvml_before = nvml_used_bytes(self.handle)  # other processes' use, before our context
         torch.cuda.set_device(index)
-        self.nvml_before, self.context = _CONTEXT[index]
+        torch.cuda.mem_get_info(index)  # creates the context, and allocates nothing
+        torch.cuda.synchronize(index)
+        after = nvml_used_bytes(self.handle)
+        self.context = None if after is None else after - self.nvml_before - torch.cuda.memory_reserved(index)
 
     def limit(self, budget_gib: Optional[float]) -> dict:
         """Simulate a card of ``budget_gib``: cap this process's caching allocator at the
         budget less the CUDA context, so a trial that would not fit such a card runs out of
         memory here too. Not simulated: the other card's speed, and memory other processes
-        or the driver would hold on it. ``None`` lifts a cap an earlier trial of a warm
-        worker set."""
+        or the driver would hold on it."""
         if not budget_gib:
-            torch.cuda.set_per_process_memory_fraction(1.0, self.index)
             return {}
         total = torch.cuda.get_device_properties(self.index).total_memory
         cap = budget_gib * GIB - (self.context or 0)
@@ -150,28 +159,23 @@ class CudaMemory:
         return out
 
 
-_LINK: dict = {}  # device index -> host link GiB/s, measured once per process
-
-
 def host_link_gib_s(index: int, size_mib: int = 256, repeats: int = 3) -> float:
     """The fastest copy between pinned host memory and device ``index`` seen in either
-    direction, in GiB/s: the rate offload's copies can reach at best. Measured once per
-    process; the buffers are freed and the allocator's cache emptied before the trial."""
-    if index not in _LINK:
-        host = torch.empty(size_mib << 20, dtype=torch.uint8, pin_memory=True)
-        dev = torch.empty_like(host, device=f"cuda:{index}")
-        best = 0.0
-        for _ in range(repeats):
-            for dst, src in ((dev, host), (host, dev)):
-                torch.cuda.synchronize(index)
-                t = time.perf_counter()
-                dst.copy_(src)
-                torch.cuda.synchronize(index)
-                best = max(best, (size_mib / 1024) / (time.perf_counter() - t))
-        del host, dev
-        torch.cuda.empty_cache()
-        _LINK[index] = best
-    return _LINK[index]
+    direction, in GiB/s: the rate offload's copies can reach at best. Run after a trial's
+    measurement, never before it."""
+    host = torch.empty(size_mib << 20, dtype=torch.uint8, pin_memory=True)
+    dev = torch.empty_like(host, device=f"cuda:{index}")
+    best = 0.0
+    for _ in range(repeats):
+        for dst, src in ((dev, host), (host, dev)):
+            torch.cuda.synchronize(index)
+            t = time.perf_counter()
+            dst.copy_(src)
+            torch.cuda.synchronize(index)
+            best = max(best, (size_mib / 1024) / (time.perf_counter() - t))
+    del host, dev
+    torch.cuda.empty_cache()
+    return best
 
 
 def memory_probe(device: str):

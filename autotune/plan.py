@@ -50,7 +50,8 @@ class Plan:
     study_name: str
     storage: Optional[str]
     search: str = "auto"  # the search strategy (autotune.search)
-    reuse_worker: bool = False  # consecutive trials in one warm worker (runner.WarmWorker)
+    isolation: str = "fork"  # fork | fresh: how each trial gets its fresh process (runner)
+    min_measure_s: float = 0.0  # timed steps go on until they add up to this
     n_trials: Optional[int] = None
     search_timeout_s: Optional[float] = None
     reductions: List[str] = field(default_factory=list)  # what a CPU run shrank, for the log and report
@@ -97,9 +98,13 @@ def _check_workers(value, device) -> List[str]:
     return []
 
 
-def default_timeout(warmup_steps: int, measure_steps: int) -> float:
-    """A limit no healthy trial reaches: 600 s with the default 2 warm-up and 5 timed steps."""
-    return STARTUP_S + STEP_S * (warmup_steps + 1 + measure_steps)
+ISOLATIONS = ("fork", "fresh")
+
+
+def default_timeout(warmup_steps: int, measure_steps: int, min_measure_s: float = 0.0) -> float:
+    """A limit no healthy trial reaches: 905 s with the default 2 warm-up and 10 timed steps
+    and 5 s of timed steps at least."""
+    return STARTUP_S + STEP_S * (warmup_steps + 1 + measure_steps) + min_measure_s
 
 
 def default_study_name(model: str, space: str, budgets: List[float], measured: dict) -> str:
@@ -161,10 +166,12 @@ def make_plan(cfg: TuneConfig, overridden: frozenset = frozenset()) -> Plan:
     if sc.timeout is not None and sc.timeout <= 0:
         problems.append(f"search.timeout={sc.timeout:g}: must be > 0 seconds, or null for no limit; e.g. search.timeout=1800")
     problems += _check_workers(cfg.workers, device)
-    if t.reuse_worker is True and device is not None and device.kind != "cuda":
-        problems.append("trial.reuse_worker=true: only for CUDA runs. A CPU trial's memory is its process's peak RSS, "
-                        "which a reused process does not measure as a fresh one does (a tiny MLP: 0.0004 GiB in a "
-                        "warm worker against 0.085 GiB fresh); leave it false on CPU")
+    if t.isolation not in ISOLATIONS:
+        problems.append(f"trial.isolation={t.isolation}: use fork (the default: each trial a child of a pre-imported "
+                        "server) or fresh (a new interpreter per trial)")
+    if not t.min_measure_s >= 0:  # NaN fails too
+        problems.append(f"trial.min_measure_s={t.min_measure_s}: must be a number of seconds >= 0; e.g. "
+                        "trial.min_measure_s=5")
     roi = {k: getattr(cfg.roi, k) for k in ("memory_price_per_gib_hour", "compute_price_per_hour", "workload_samples")}
     for key in ("memory_price_per_gib_hour", "compute_price_per_hour"):
         if roi[key] < 0:
@@ -210,19 +217,22 @@ def make_plan(cfg: TuneConfig, overridden: frozenset = frozenset()) -> Plan:
 
     if problems:
         raise ConfigError(problems)
-    # format 2: studies with two objectives (samples/s, peak memory)
-    measured = {"format": 2, "target": cfg.model._target_, "config": model_config, "seq_len": seq_len, "memory_cap_gib": memory_cap,
+    # format 2: studies with two objectives (samples/s, peak memory); format 3: every trial
+    # in a fresh process (a format-2 study may hold warm-worker figures, which were wrong)
+    measured = {"format": 3, "target": cfg.model._target_, "config": model_config, "seq_len": seq_len, "memory_cap_gib": memory_cap,
                 "global_batch": global_batch, "device": device.name, "space": space.grid(global_batch),
-                "warmup": t.warmup_steps, "measure": t.measure_steps, "lr": t.lr, "seed": t.seed}
+                "warmup": t.warmup_steps, "measure": t.measure_steps, "min_measure_s": t.min_measure_s, "lr": t.lr,
+                "seed": t.seed}
     return Plan(
         model_name=cfg.model.name, model_target=cfg.model._target_, model_config=model_config,
         seq_len=seq_len, global_batch=global_batch, device=device, budget_gib=float(budget),
         budget_is_device_memory=cfg.budget_gib is None, budgets=budgets, memory_cap_gib=memory_cap, space=space, space_name=cfg.search_space.name,
         micro_batches=micro_batches, objective=cfg.objective, roi=roi, warmup_steps=t.warmup_steps,
         measure_steps=t.measure_steps, repeats=t.repeats, lr=t.lr, seed=t.seed,
-        timeout_s=t.timeout_s if t.timeout_s is not None else default_timeout(t.warmup_steps, t.measure_steps),
+        timeout_s=t.timeout_s if t.timeout_s is not None else default_timeout(t.warmup_steps, t.measure_steps,
+                                                                                t.min_measure_s),
         study_name=cfg.study_name or default_study_name(cfg.model.name, cfg.search_space.name, budgets, measured),
         storage=cfg.storage, reductions=reductions, search=sc.strategy, n_trials=sc.n_trials,
         search_timeout_s=sc.timeout,
-        reuse_worker=t.reuse_worker if t.reuse_worker is not None else device.kind == "cuda", profile=cfg.profile,
+        isolation=t.isolation, min_measure_s=t.min_measure_s, profile=cfg.profile,
         workers=worker_count(cfg.workers, device))

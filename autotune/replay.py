@@ -57,6 +57,7 @@ class Replay:
             result = {"status": "oom", "cause": f"replayed: device peak {peak:.2f} GiB is above the {cap:g} GiB cap"}
             wall = sum(float(row.get(k) or 0.0) for k in ("startup_s", "build_s", "first_step_s")) or wall
         result["wall_s"] = wall
+        result["clean_start"] = True  # the recorded runs: a fresh process per trial
         self.trials += 1
         self.wall_s += wall
         return result

@@ -24,12 +24,13 @@ from autotune import svgplot  # noqa: E402
 from autotune.effects import strategy_effects  # noqa: E402
 from autotune.scoring import Baseline  # noqa: E402
 from autotune.strategy import checkpoint_fraction, checkpoint_label  # noqa: E402
+from autotune.table import MEMORY_AGREEMENT  # noqa: E402
 
 PRECISION_COLOURS = {"fp32": "#1f77b4", "bf16": "#2ca02c", "fp16": "#ff7f0e"}
 CHECKPOINT_MARKERS = ["o", "^", "D", "v", "P", "X", "s"]  # by checkpointed fraction: none first, full last
 TABLE_COLUMNS = ["number", "status", "checkpointing", "precision", "micro_batch", "accumulation", "offload",
                  "allocator", "peak_memory_gib", "device_peak_gib", "peak_allocated_gib", "fragmentation_gib",
-                 "num_alloc_retries", "samples_per_s", "time_spread", "noisy", "samples_per_s_runs", "roi",
+                 "num_alloc_retries", "samples_per_s", "time_spread", "noisy", "samples_per_s_runs", "peak_memory_gib_runs", "roi",
                  "fits_budget", "on_pareto", "cause"]
 
 
@@ -223,6 +224,11 @@ def write_report(run_dir: Path, scored: pd.DataFrame, best: Optional[int], basel
     if len(noisy):
         notes.append(f"{len(noisy)} trial(s) flagged noisy (timing spread above 10 %): "
                      + esc(", ".join(str(int(n)) for n in noisy["number"])) + ".")
+    disagree = scored[scored.get("memory_disagrees", pd.Series(False, index=scored.index)).fillna(False).astype(bool)]
+    if len(disagree):
+        notes.append(f"{len(disagree)} configuration(s) whose runs' peak memory differs by more than "
+                     f"{100 * MEMORY_AGREEMENT:.0f} % (peak_memory_gib_runs; the largest is used): trials "
+                     + esc(", ".join(str(int(n)) for n in disagree["number"])) + ".")
     if len(skipped):
         notes.append(f"{len(skipped)} configuration(s) skipped, never run: "
                      + esc("; ".join(sorted(set(skipped["cause"].dropna())))) + ".")

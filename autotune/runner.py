@@ -3,8 +3,10 @@
 The file contract: the driver writes ``spec.json``, starts ``python -m autotune.trial``
 in a new process group, waits up to the time limit, and reads ``result.json``. A process
 that ends without a result is ``crash``; one that outlives its limit is killed, with its
-whole process group, and recorded as ``timeout``. ``WarmWorker`` keeps the same contract
-with one process serving consecutive trials (``trial.reuse_worker=true``).
+whole process group, and recorded as ``timeout``. ``ForkServer`` keeps the same contract
+with each trial forked from a parent that has already imported everything
+(``trial.isolation=fork``, the default); ``run_trial`` starts a new interpreter per trial
+(``trial.isolation=fresh``).
 """
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ def _tail(path: Path, lines: int = 5) -> str:
     return " | ".join(text[-lines:])[-800:]
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """In the child: get SIGKILL when the driver dies, even by SIGKILL (Linux prctl)."""
     try:
         import ctypes
@@ -37,18 +39,22 @@ def _die_with_parent() -> None:
         pass
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def _kill_pgid(pgid: int) -> None:
     try:
-        os.killpg(proc.pid, signal.SIGKILL)
+        os.killpg(pgid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
 
 
-def _prepare(spec: dict, trial_dir: Path) -> tuple:
+def _kill_group(proc: subprocess.Popen) -> None:
+    _kill_pgid(proc.pid)
+
+
+def _prepare(spec: dict, trial_dir: Path, launched_at: Optional[float] = None) -> tuple:
     trial_dir.mkdir(parents=True, exist_ok=True)
     spec_path, result_path, log_path = trial_dir / "spec.json", trial_dir / "result.json", trial_dir / "log.txt"
     result_path.unlink(missing_ok=True)
-    spec = dict(spec, result=str(result_path), launched_at=time.time())
+    spec = dict(spec, result=str(result_path), launched_at=launched_at or time.time())
     spec_path.write_text(json.dumps(spec, indent=1))
     return spec_path, result_path, log_path
 
@@ -68,7 +74,7 @@ def _collect(result_path: Path, log_path: Path, timeout_s: float, timed_out: boo
 
 
 def _start(argv: list, env: Optional[dict], **kw) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", *argv], start_new_session=True, preexec_fn=_die_with_parent,
+    return subprocess.Popen([sys.executable, "-m", *argv], start_new_session=True, preexec_fn=die_with_parent,
                             env={**os.environ, **(env or {})}, **kw)
 
 
@@ -95,57 +101,90 @@ def run_trial(spec: dict, trial_dir: Path, timeout_s: float, env: dict | None = 
     return result
 
 
-class WarmWorker:
-    """A ``runner`` that sends consecutive trials to one warm ``python -m autotune.worker``.
+class ForkServer:
+    """A ``runner`` whose trials are children forked from a ``python -m autotune.forkserver``
+    that has imported torch and the model's builder but never touched CUDA (see
+    ``autotune/forkserver.py``): each trial is a fresh process, as with ``run_trial``,
+    without the interpreter's start-up.
 
-    A worker serves one allocator setting (it is fixed when CUDA starts); a trial with
-    another starts a new worker. A worker that reports a failed trial exits by itself, one
-    that dies is found by its closed control channel, one that outlives the time limit is
-    killed with its process group; in each case the next trial gets a fresh worker. The
-    result is read from the trial's result file, as for a fresh process.
+    A server serves one environment (the allocator setting must be in place before a
+    child's CUDA starts), so there is one per environment. A child that outlives the time
+    limit is killed with its process group; a server that dies or stops answering is
+    replaced for the next trial. The result is read from the trial's result file, as for
+    a fresh process.
     """
 
-    def __init__(self) -> None:
-        self.proc: Optional[subprocess.Popen] = None
-        self.env: Optional[dict] = None
+    READY_TIMEOUT_S = 300.0  # imports of torch, transformers and the builder, on a slow disk
+
+    def __init__(self, preload: Optional[str] = None) -> None:
+        self.preload = preload
+        self.servers: dict = {}  # frozen environment -> Popen
+
+    def _server(self, env: Optional[dict], log_dir: Path) -> subprocess.Popen:
+        key = frozenset((env or {}).items())
+        proc = self.servers.get(key)
+        if proc is not None and proc.poll() is None:
+            return proc
+        log_dir.mkdir(parents=True, exist_ok=True)
+        argv = ["autotune.forkserver"] + (["--preload", self.preload] if self.preload else [])
+        with open(log_dir / "forkserver.log", "ab") as log:
+            # Unbuffered: select() must see every line that has arrived, none held in a buffer.
+            proc = _start(argv, env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, bufsize=0)
+        self.servers[key] = proc
+        line = _read_line(proc, self.READY_TIMEOUT_S)
+        if not line.startswith("ready"):
+            self._stop(key)
+            raise RuntimeError(f"the trial fork server did not start (it said {line!r}); see "
+                               f"{log_dir / 'forkserver.log'}")
+        return proc
 
     def __call__(self, spec: dict, trial_dir: Path, timeout_s: float, env: dict | None = None) -> dict:
-        if self.proc is not None and (self.proc.poll() is not None or (env or {}) != self.env):
-            self.close()
-        if self.proc is None:
-            trial_dir.parent.mkdir(parents=True, exist_ok=True)
-            with open(trial_dir.parent / "worker.log", "ab") as log:  # before its first trial
-                self.proc = _start(["autotune.worker"], env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                   stderr=log)
-            self.env = dict(env or {})
-        spec_path, result_path, log_path = _prepare(spec, trial_dir)
+        launched = time.time()  # a server started for this trial: its start-up is this trial's
         start = time.perf_counter()
-        timed_out, answer = False, ""
+        proc = self._server(env, trial_dir.parent)
+        spec_path, result_path, log_path = _prepare(spec, trial_dir, launched)
+        pid, returncode, timed_out = None, None, False
         try:
-            self.proc.stdin.write(f"{spec_path}\n".encode())
-            self.proc.stdin.flush()
-            ready, _, _ = select.select([self.proc.stdout], [], [], timeout_s)
-            if ready:
-                answer = self.proc.stdout.readline().decode()
-            else:
-                timed_out = True
-        except BrokenPipeError:
-            pass  # it died before reading: no answer
+            proc.stdin.write(f"{spec_path}\n".encode())
+            proc.stdin.flush()
+            started = _read_line(proc, 60.0)
+            if started.startswith("started "):
+                pid = int(started.split()[1])
+                left = timeout_s - (time.perf_counter() - start)
+                ended = _read_line(proc, max(left, 0.0))
+                if not ended:
+                    timed_out = proc.poll() is None
+                    _kill_pgid(pid)
+                    ended = _read_line(proc, 30.0)
+                if ended.startswith("exited "):
+                    returncode = int(ended.split()[2])
+        except (BrokenPipeError, OSError, ValueError):
+            pass  # the server died: the trial has no result, and the next one gets a new server
         except BaseException:  # Ctrl-C or a signal to the driver: leave no trial behind
+            if pid is not None:
+                _kill_pgid(pid)
             self.close()
             raise
-        returncode = None
-        if not answer or json.loads(answer).get("status") != "ok":
-            if timed_out:
-                _kill_group(self.proc)
-            returncode = self.proc.wait()
-            self.close()
+        if pid is not None:
+            _kill_pgid(pid)  # anything the trial started and left behind
+        if returncode is None:
+            self._stop(frozenset((env or {}).items()))
         result = _collect(result_path, log_path, timeout_s, timed_out, returncode)
         result["wall_s"] = time.perf_counter() - start
         return result
 
+    def _stop(self, key) -> None:
+        proc = self.servers.pop(key, None)
+        if proc is not None:
+            _kill_group(proc)
+            proc.wait()
+
     def close(self) -> None:
-        if self.proc is not None:
-            _kill_group(self.proc)
-            self.proc.wait()
-            self.proc = None
+        for key in list(self.servers):
+            self._stop(key)
+
+
+def _read_line(proc: subprocess.Popen, timeout_s: float) -> str:
+    """One line from a server's control channel, or "" if none came in time (or it died)."""
+    ready, _, _ = select.select([proc.stdout], [], [], timeout_s)
+    return proc.stdout.readline().decode() if ready else ""

@@ -138,7 +138,11 @@ def saved_bytes_counter(total: list):
     back), since it copies each saved tensor once per save, at this same level."""
     def pack(t: torch.Tensor) -> torch.Tensor:
         total[0] += t.numel() * t.element_size()
-        return t
+        # Detached: a saved tensor that is its own op's output (softmax, tanh, ...) would
+        # otherwise hold its grad_fn, which holds the packed tensor: a cycle through
+        # autograd's C++ graph that Python's garbage collector cannot see, keeping the whole
+        # counting forward's graph (parameters included) alive for the life of the process.
+        return t.detach()
 
     return torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
 

@@ -12,6 +12,8 @@ import pandas as pd
 
 from autotune.claims import cut_short, is_duplicate
 
+MEMORY_AGREEMENT = 0.02  # runs of one configuration whose peaks differ by more are flagged
+
 # Columns every trials table starts with; the rest follow in the order first seen.
 LEAD_COLUMNS = ["number", "status", "checkpointing", "precision", "micro_batch", "accumulation", "offload",
                 "allocator", "peak_memory_gib", "samples_per_s", "time_spread", "cause"]
@@ -22,8 +24,9 @@ def trials_table(study: optuna.Study) -> pd.DataFrame:
 
     Duplicates (never run) are left out. Repeats of a configuration are folded into its
     row: samples/s becomes the median over every process that measured it, the peak the
-    largest, ``time_spread`` the larger of the within-process and between-process spreads,
-    and a repeat that failed turns the row into that failure.
+    largest (every run's is kept in ``peak_memory_gib_runs``, and ``memory_disagrees``
+    flags runs more than 2 % apart), ``time_spread`` the larger of the within-process and
+    between-process spreads, and a repeat that failed turns the row into that failure.
     """
     rows, repeats = [], {}
     for t in study.trials:
@@ -70,6 +73,11 @@ def _fold_repeats(row: dict, extra: list) -> None:
     row.update(samples_per_s=median, samples_per_s_runs=";".join(f"{v:.6g}" for v in sps),
                process_spread=between, time_spread=max(within, between),
                repeat_trials=";".join(str(r["number"]) for r in runs[1:]))
+    peaks = [float(r["peak_memory_gib"]) for r in runs if r.get("peak_memory_gib") is not None]
+    if peaks:
+        apart = (max(peaks) - min(peaks)) / min(peaks) if min(peaks) > 0 else 0.0
+        row.update(peak_memory_gib_runs=";".join(f"{v:.6g}" for v in peaks), memory_runs_apart=apart,
+                   memory_disagrees=apart > MEMORY_AGREEMENT)
     for col in ("peak_memory_gib", "device_peak_gib", "peak_allocated_gib", "peak_reserved_gib"):
         vals = [float(r[col]) for r in runs if r.get(col) is not None]
         if vals:

@@ -19,8 +19,13 @@ from typing import Optional
 
 import torch  # noqa: E402
 
+from autotune import clean_start  # noqa: E402
+from autotune.clean_start import DirtyStart, check_clean_start, track  # noqa: E402
 from autotune.measure import host_link_gib_s, memory_growth_gib, memory_probe, step_time_stats  # noqa: E402
 from autotune.strategy import Strategy, apply_checkpointing, forward_context, make_scaler  # noqa: E402
+
+
+MAX_MEASURE_STEPS = 200  # the most timed steps min_measure_s can ask for
 
 
 def resolve_builder(target: str):
@@ -30,6 +35,19 @@ def resolve_builder(target: str):
     module_name, _, attr = target.partition(":") if ":" in target else target.rpartition(".")
     module = importlib.import_module(module_name)
     return getattr(module, attr)
+
+
+def preload(target: Optional[str]) -> None:
+    """What a trial process imports before it takes its memory baseline, so that no import
+    counts as the trial's memory or time: the model builder's module and what the first
+    optimizer imports (constructing one imports torch._dynamo: 1.1 s and 66 MB on a 2-core
+    CPU, which a tiny model's trial would otherwise report as its peak)."""
+    torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))])
+    if target:
+        try:
+            resolve_builder(target)
+        except Exception:  # reported by the trial itself, as a build error
+            traceback.print_exc()
 
 
 def optimizer_step(workload, batch, strategy: Strategy, optimizer, scaler, device_type: str) -> torch.Tensor:
@@ -99,6 +117,7 @@ def run(spec: dict) -> dict:
 
     builder = resolve_builder(spec["model"]["target"])
     probe = memory_probe(device)  # after imports (and CUDA start-up), before the model
+    clean = check_clean_start(device_type, getattr(probe, "index", 0))  # raises DirtyStart
     limits = probe.limit(spec.get("memory_cap_gib")) if device_type == "cuda" else {}
     # From the driver's launch (interpreter, imports, CUDA context) to here.
     timings["startup_s"] = time.time() - spec.get("launched_at", time.time())
@@ -111,6 +130,7 @@ def run(spec: dict) -> dict:
         raise
     except Exception as e:
         raise BuildError(f"{type(e).__name__}: {e}") from e
+    track(workload.model)
     workload.model.train()
     if strategy.checkpoint_fraction > 0 and not workload.blocks:
         return {"status": "skipped", "cause": f"checkpointing={strategy.checkpointing} was asked for, but the model "
@@ -135,10 +155,14 @@ def run(spec: dict) -> dict:
         memory = probe.end_window()
 
     warmup, measure = spec["warmup_steps"], spec["measure_steps"]
+    # At least `measure` timed steps and at least `min_measure_s` seconds of them (as
+    # torch.utils.benchmark's blocked_autorange does), at most MAX_MEASURE_STEPS.
+    min_measure_s = spec.get("min_measure_s", 0.0)
     step_times, losses, in_use = [], [], []
     status, cause = "ok", None
     profiler = None
-    for i in range(warmup + measure):
+    i = 0
+    while i < warmup + measure or (sum(step_times) < min_measure_s and len(step_times) < MAX_MEASURE_STEPS):
         if i == warmup and spec.get("profile_dir"):
             profiler = start_profiler(device_type)
         if i == warmup and memory is None:
@@ -156,6 +180,7 @@ def run(spec: dict) -> dict:
             if not math.isfinite(loss):
                 status, cause = "nan", f"non-finite loss {loss} at measured step {i - warmup}"
                 break
+        i += 1
     timings["measured_s"] = sum(step_times)
     if profiler is not None:
         profiler.__exit__(None, None, None)
@@ -169,7 +194,7 @@ def run(spec: dict) -> dict:
         p.numel() * p.element_size() for p in workload.model.parameters() if p.requires_grad)
     timings["total_s"] = time.time() - spec.get("launched_at", time.time())
 
-    result = {"status": status, "cause": cause, "device": device_type, "n_checkpointed": n_ckpt,
+    result = {"status": status, "cause": cause, "device": device_type, "n_checkpointed": n_ckpt, **clean,
               "n_blocks": len(workload.blocks), "losses": losses, "step_times_s": step_times, "timings": timings,
               "allocator_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""), "static_gib": static_bytes / 2**30,
               **limits}
@@ -209,13 +234,15 @@ def _write(path: Path, result: dict) -> None:
 
 def run_spec_file(spec_path: Path, extra: Optional[dict] = None) -> dict:
     """Run the trial ``spec_path`` describes and write its result file; never raises for trial
-    faults. ``extra``: fields added to the result (the warm worker's trial count)."""
+    faults. ``extra``: fields added to the result (how the process was started)."""
     spec = json.loads(spec_path.read_text())
     result_path = Path(spec.get("result") or spec_path.with_name("result.json"))
     try:
         result = run(spec)
     except torch.OutOfMemoryError as e:
         result = {"status": "oom", "cause": str(e).splitlines()[0][:500]}
+    except DirtyStart as e:
+        result = {"status": "error", "phase": "isolation", "cause": str(e)}
     except BuildError as e:
         traceback.print_exc()
         result = {"status": "error", "phase": "build", "cause": f"the model builder failed: {e}"[:1000]}
@@ -225,7 +252,7 @@ def run_spec_file(spec_path: Path, extra: Optional[dict] = None) -> dict:
         # context for good: the trial is a crash, and the process ends here.
         status = "crash" if _is_sticky_cuda_error(e) else "error"
         result = {"status": status, "cause": f"{type(e).__name__}: {e}"[:1000]}
-    result.update(pid=os.getpid(), **(extra or {}))
+    result.update(pid=os.getpid(), clean_start=clean_start.passed(), **(extra or {}))
     _write(result_path, result)
     print(json.dumps({k: result.get(k) for k in ("status", "cause", "peak_memory_gib", "samples_per_s")}))
     return result
@@ -236,7 +263,13 @@ def main(argv=None) -> int:
     if len(argv) != 1:
         print("usage: python -m autotune.trial SPEC.json", file=sys.stderr)
         return 2
-    run_spec_file(Path(argv[0]))
+    spec_path = Path(argv[0])
+    try:
+        target = json.loads(spec_path.read_text())["model"]["target"]
+    except (OSError, ValueError, KeyError, TypeError):
+        target = None  # run_spec_file reports what is wrong with the spec
+    preload(target)
+    run_spec_file(spec_path)
     return 0
 
 

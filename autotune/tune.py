@@ -11,7 +11,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from autotune.driver import ModelBuildError, run_study
+from autotune.driver import IsolationError, ModelBuildError, run_study
 from autotune.table import trials_table
 from autotune.plan import ConfigError, Plan, make_plan
 from autotune.report import write_report
@@ -80,7 +80,7 @@ def tune(cfg: DictConfig, run_dir: Path, overrides=(), hydra_overrides=()) -> in
                                    plan.device)
         study = run_study(plan, run_dir, storage)
         wait_workers(others)  # they may still be finishing a re-measurement
-    except (StorageError, ModelBuildError) as e:
+    except (StorageError, ModelBuildError, IsolationError) as e:
         stop_workers(others)
         log.error(str(e))
         return 2

@@ -154,29 +154,65 @@ def test_after_a_real_oom_the_next_trial_measures_like_a_fresh_one(tmp_path):
     assert after["peak_reserved_gib"] == pytest.approx(first["peak_reserved_gib"], rel=0.05)
 
 
-def test_a_warm_worker_measures_like_a_fresh_process(tmp_path):
-    from autotune.runner import WarmWorker
+def test_the_default_mechanism_measures_a_sequence_as_fresh_processes_do(tmp_path):
+    """Consecutive configurations through one fork server (the default), a real CUDA
+    out-of-memory error and a sticky CUDA error among them, each against the same spec in a
+    new interpreter under the same cap."""
+    from autotune.runner import ForkServer
 
     config = {"width": 4096, "depth": 8}
-    clean = cuda_spec("none", "fp32", 64, config=config)
-    fresh = run_trial(clean, tmp_path / "fresh", 300, env=trial_env())
-    worker = WarmWorker()
+    capped = lambda *a, **k: cuda_spec(*a, config=config, memory_cap_gib=k.pop("cap", 12.0), **k)  # noqa: E731
+    sequence = [capped("none", "fp32", 64), capped("0.5", "bf16", 32), capped("full", "fp16", 16, acc=2),
+                capped("none", "fp32", 64, cap=2.0),  # a real OOM: it needs about 6 GiB
+                capped("none", "bf16", 64), capped("full", "fp32", 32, acc=2), capped("0.5", "fp32", 64)]
+    sticky = cuda_spec("none", "fp32", 4, config={"width": 64, "depth": 2, "fault": "cuda_assert"})
+    forks = ForkServer("tests.workloads:mlp")
     try:
-        # A different trial first, under a cap the clean one needs more than: the worker
-        # must lift it (a budget is per trial) and free everything the first trial held.
-        other = worker(cuda_spec("full", "bf16", 8, config=config, memory_cap_gib=4.0), tmp_path / "w0", 300,
-                       env=trial_env())
-        warm = worker(clean, tmp_path / "w1", 300, env=trial_env())
+        forked = []
+        for i, s in enumerate(sequence):
+            forked.append(forks(s, tmp_path / f"fork{i}", 300, env=trial_env()))
+            if i == 4:
+                bad = forks(sticky, tmp_path / "sticky", 300, env=trial_env())
+                assert bad["status"] == "crash", bad
     finally:
-        worker.close()
-    assert fresh["status"] == other["status"] == warm["status"] == "ok", (fresh, other, warm)
-    assert fresh["device_peak_gib"] > 4.0  # the first trial's cap would have stopped it
-    assert warm["pid"] == other["pid"] and warm["worker_trial"] == 1
-    assert "memory_cap_gib" not in warm
-    assert warm["peak_allocated_gib"] == pytest.approx(fresh["peak_allocated_gib"], rel=0.01)
-    assert warm["peak_reserved_gib"] == pytest.approx(fresh["peak_reserved_gib"], rel=0.05)
-    assert warm["device_peak_gib"] == pytest.approx(fresh["device_peak_gib"], rel=0.05)
-    assert warm["num_alloc_retries"] == fresh["num_alloc_retries"]
+        forks.close()
+    fresh = [run_trial(s, tmp_path / f"fresh{i}", 300, env=trial_env()) for i, s in enumerate(sequence)]
+    assert [r["status"] for r in forked] == [r["status"] for r in fresh] == ["ok"] * 3 + ["oom"] + ["ok"] * 3
+    assert len({r["pid"] for r in forked if "pid" in r}) == len(sequence)  # a process each
+    for s, f, n in zip(sequence, forked, fresh):
+        if f["status"] != "ok":
+            continue
+        label = s["strategy"]
+        assert f["clean_start"] is True and f["isolation"] == "fork"
+        assert f["peak_allocated_gib"] == pytest.approx(n["peak_allocated_gib"], rel=0.01), label
+        assert f["peak_reserved_gib"] == pytest.approx(n["peak_reserved_gib"], rel=0.03), label
+        assert f["device_peak_gib"] == pytest.approx(n["device_peak_gib"], rel=0.03), label
+        assert f["num_alloc_retries"] == n["num_alloc_retries"], label
+        assert f["memory_cap_gib"] == pytest.approx(n["memory_cap_gib"], rel=0.01), label
+
+
+def test_consecutive_cuda_trials_in_one_process_leave_nothing_alive(tmp_path):
+    """The leak probe on CUDA (never how autotune runs trials): after each checkpointed or
+    plain trial in one process, none of its parameters live on and the allocator holds
+    nothing (a reused process's peaks grew trial after trial before the leaks were fixed)."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+    from tests.test_clean_start import _write_specs
+
+    bert = {"hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4, "intermediate_size": 1024,
+            "max_position_embeddings": 128, "vocab_size": 1024}
+    configs = [("full", "bf16", 8), ("0.5", "bf16", 4), ("full", "fp32", 8), ("none", "bf16", 8), ("full", "fp16", 2)]
+    out = tmp_path / "report.json"
+    done = subprocess.run([sys.executable, "-m", "tests.inprocess", str(out),
+                           *_write_specs(tmp_path, configs, device="cuda:0", config=bert)],
+                          cwd=ROOT, env=trial_env(), capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(out.read_text())
+    assert [r["status"] for r in report] == ["ok"] * len(configs), report
+    assert [(r["alive_parameters"], r["allocated"]) for r in report] == [(0, 0)] * len(configs), report
 
 
 TRACK = """

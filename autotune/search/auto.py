@@ -45,6 +45,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 import pandas as pd
 
+from autotune.clean_start import trusted
 from autotune.scoring import find_baseline, objective_value, score
 from autotune.search.memory_model import Line, fit_families
 from autotune.strategy import checkpoint_fraction
@@ -166,8 +167,8 @@ class AutoSearch:
 
     def _infeasible(self, fam: tuple, m: int, budget: float, measured, line: Optional[Line]) -> bool:
         for (f, mm), row in measured.items():
-            if f != fam or mm > m:
-                continue
+            if f != fam or mm > m or not trusted(row):
+                continue  # only a clean process's measurement rules others out
             if row["status"] == "oom" or (row["status"] == "pruned" and row.get("pruned_by") is not None):
                 return True  # fact 1: over the cap, so over every budget
             if row["status"] == "ok" and self._fit_peak(row) > budget:

@@ -1,0 +1,116 @@
+"""The fork server: every trial in a fresh process, without paying the interpreter's start-up.
+
+    python -m autotune.forkserver [--preload package.module:builder]
+
+imports torch, autotune's trial code and the model builder's module once (on the H200
+that is 9-11 s of a fresh interpreter's start-up), never touches CUDA, and then, for each
+``spec.json`` path it reads on stdin, forks one child that runs that trial exactly as
+``python -m autotune.trial spec.json`` would (the same ``run_spec_file``) and exits. The
+child creates its own CUDA context (0.3-0.4 s on the H200), so its allocator has never
+served another trial: nothing one trial held, cached or capped can reach the next. That is
+the point: a warm process reused for consecutive trials carried earlier trials' memory
+into later ones (peaks 28-43 % high, out-of-memory errors that a fresh process did not
+have), and no amount of cleaning up after a trial makes that structurally impossible.
+
+Control channel (the server's original stdout), one line each:
+``ready`` once the imports are done; then per trial ``started PID`` and, when the child
+has ended, ``exited PID CODE`` (CODE as ``subprocess`` reports it: negative for a signal).
+Each child leads a process group of its own, so the driver can kill it, and anything it
+started, at the time limit; it also dies with the server, which dies with the driver.
+
+Hand-written rather than ``multiprocessing``'s forkserver start method: that one cannot
+run a trial in a new process group with its output in the trial's log, report the exit of
+a child that was killed, or preload the user's builder, and it pickles what it runs.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from autotune.runner import die_with_parent
+
+
+def preload(target: str | None) -> None:
+    """Import what every trial needs (``trial.preload``), so that a forked child finds it
+    imported. Nothing here may start CUDA (a forked child cannot use a context, or a
+    driver, its parent started) or run a parallel CPU kernel (OpenMP's thread pool does not
+    survive a fork)."""
+    os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"  # is_available() without cuInit, if anything asks
+    import torch
+
+    from autotune.trial import preload as preload_trial
+
+    preload_trial(target)
+    if torch.cuda.is_initialized():
+        raise RuntimeError(f"importing {target} initialised CUDA; a forked trial could not use CUDA")
+
+
+def _child(spec_path: Path, control_fd: int) -> None:
+    """In the forked child: run one trial, then exit without returning to the server loop."""
+    code = 1
+    try:
+        os.close(control_fd)
+        die_with_parent()
+        if os.getppid() == 1:  # the server died before the line above took effect
+            os._exit(1)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        log = os.open(spec_path.with_name("log.txt"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        from autotune.trial import run_spec_file
+
+        run_spec_file(spec_path, {"isolation": "fork"})
+        code = 0
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+def serve(control, control_fd: int) -> None:
+    while line := sys.stdin.readline():
+        spec_path = Path(line.strip())
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            os.setpgid(0, 0)
+            _child(spec_path, control_fd)
+        try:
+            os.setpgid(pid, pid)  # here too, so the group exists before the driver may kill it
+        except OSError:
+            pass  # the child already did it, or already exited
+        control.write(f"started {pid}\n")
+        _, status = os.waitpid(pid, 0)
+        control.write(f"exited {pid} {os.waitstatus_to_exitcode(status)}\n")
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    target = argv[1] if len(argv) == 2 and argv[0] == "--preload" else None
+    if argv and target is None:
+        print("usage: python -m autotune.forkserver [--preload package.module:builder]", file=sys.stderr)
+        return 2
+    control_fd = os.dup(1)
+    control = os.fdopen(control_fd, "w", buffering=1)
+    os.dup2(2, 1)  # the server's own prints go to its log, never onto the control channel
+    start = time.perf_counter()
+    preload(target)
+    control.write(f"ready {time.perf_counter() - start:.3f}\n")
+    serve(control, control_fd)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
