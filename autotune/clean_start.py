@@ -28,10 +28,9 @@ def track(model: torch.nn.Module) -> None:
     _earlier_parameters.update(model.parameters())
 
 
-def check_clean_start(device_type: str, index: int = 0) -> dict:
+def check_clean_start(device_type: str, index: int = 0) -> None:
     """Raise ``DirtyStart`` unless this process may measure a trial now; call it after the
-    device is ready (CUDA context created) and before the model is built. Returns what was
-    checked, for the result file. Cheap (no scan of the heap): a process that never ran a
+    device is ready (CUDA context created) and before the model is built. Cheap (no scan of the heap): a process that never ran a
     trial holds no trial's tensors, and on CUDA any live device tensor shows in the
     allocator's counters."""
     global _trials_started, _passed
@@ -52,7 +51,6 @@ def check_clean_start(device_type: str, index: int = 0) -> dict:
         raise DirtyStart("not a clean start, so this trial did not measure: " + "; ".join(problems)
                          + ". Run trials in fresh processes (trial.isolation=fork or fresh)")
     _passed = True
-    return {"clean_start": True}
 
 
 def passed() -> bool:

@@ -101,6 +101,10 @@ def run_trial(spec: dict, trial_dir: Path, timeout_s: float, env: dict | None = 
     return result
 
 
+class ForkServerError(RuntimeError):
+    """The fork server did not start: no trial can run, so the study stops."""
+
+
 class ForkServer:
     """A ``runner`` whose trials are children forked from a ``python -m autotune.forkserver``
     that has imported torch and the model's builder but never touched CUDA (see
@@ -134,7 +138,7 @@ class ForkServer:
         line = _read_line(proc, self.READY_TIMEOUT_S)
         if not line.startswith("ready"):
             self._stop(key)
-            raise RuntimeError(f"the trial fork server did not start (it said {line!r}); see "
+            raise ForkServerError(f"the trial fork server did not start (it said {line!r}); see "
                                f"{log_dir / 'forkserver.log'}")
         return proc
 

@@ -117,7 +117,7 @@ def run(spec: dict) -> dict:
 
     builder = resolve_builder(spec["model"]["target"])
     probe = memory_probe(device)  # after imports (and CUDA start-up), before the model
-    clean = check_clean_start(device_type, getattr(probe, "index", 0))  # raises DirtyStart
+    check_clean_start(device_type, getattr(probe, "index", 0))  # raises DirtyStart
     limits = probe.limit(spec.get("memory_cap_gib")) if device_type == "cuda" else {}
     # From the driver's launch (interpreter, imports, CUDA context) to here.
     timings["startup_s"] = time.time() - spec.get("launched_at", time.time())
@@ -194,7 +194,7 @@ def run(spec: dict) -> dict:
         p.numel() * p.element_size() for p in workload.model.parameters() if p.requires_grad)
     timings["total_s"] = time.time() - spec.get("launched_at", time.time())
 
-    result = {"status": status, "cause": cause, "device": device_type, "n_checkpointed": n_ckpt, **clean,
+    result = {"status": status, "cause": cause, "device": device_type, "n_checkpointed": n_ckpt,
               "n_blocks": len(workload.blocks), "losses": losses, "step_times_s": step_times, "timings": timings,
               "allocator_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""), "static_gib": static_bytes / 2**30,
               **limits}

@@ -20,6 +20,7 @@ from autotune.budgets import budgets_summary, budgets_table, per_budget
 from autotune.device import environment
 from autotune.profile import profile_best
 from autotune.workers import start_workers, stop_workers, wait_workers
+from autotune.runner import ForkServerError
 from autotune.review import record_settings, scored_for_report
 from autotune.storage import StorageError, default_storage, open_study, redact, snapshot
 
@@ -80,7 +81,7 @@ def tune(cfg: DictConfig, run_dir: Path, overrides=(), hydra_overrides=()) -> in
                                    plan.device)
         study = run_study(plan, run_dir, storage)
         wait_workers(others)  # they may still be finishing a re-measurement
-    except (StorageError, ModelBuildError, IsolationError) as e:
+    except (StorageError, ModelBuildError, IsolationError, ForkServerError) as e:
         stop_workers(others)
         log.error(str(e))
         return 2

@@ -5,7 +5,7 @@
 # bench/search_h200_table.py can set auto's trials and wall time against the grid's.
 # Run from the project root on the device machine, after the wheel install line:
 #   bash bench/h200_search.sh OUT 40 24 16
-#   TAG=warm EXTRA="trial.reuse_worker=true" bash bench/h200_search.sh OUT 24
+#   TAG=fresh EXTRA="trial.isolation=fresh" bash bench/h200_search.sh OUT 24
 # Each run has a study storage of its own (a rerun measures again, never resumes).
 # Each budget's run directory comes back as OUT/auto-<budget>GiB[-TAG].tar.gz.
 set -u

@@ -26,9 +26,12 @@ def trial_env() -> dict:
 
 def cli_command(run_dir: Path, *overrides: str) -> list:
     """``python -m autotune`` as a user types it, with the test model group on the search
-    path and the study storage under the test's own directory unless the test sets one."""
+    path, the study storage under the test's own directory and no minimum time of timed
+    steps (trial.min_measure_s: 5 s a trial otherwise), unless the test sets them."""
     if not any(o.startswith("storage=") for o in overrides):
         overrides = (f"storage=sqlite:///{run_dir.parent / 'studies.db'}", *overrides)
+    if not any(o.startswith("trial.min_measure_s=") for o in overrides):
+        overrides = ("trial.min_measure_s=0", *overrides)
     return [sys.executable, "-m", "autotune", f"hydra.run.dir={run_dir}",
             f"hydra.searchpath=[file://{TEST_CONF}]", *overrides]
 

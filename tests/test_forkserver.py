@@ -102,3 +102,15 @@ def test_a_sequence_of_trials_measures_what_fresh_processes_measure(tmp_path):
         assert f["peak_memory_gib"] == pytest.approx(n["peak_memory_gib"], rel=0.01), (c, p, mb, f["peak_memory_gib"],
                                                                                      n["peak_memory_gib"])
         assert f["static_gib"] == pytest.approx(n["static_gib"])
+
+
+def test_a_server_that_cannot_start_is_one_clear_error(tmp_path):
+    from autotune.runner import ForkServerError
+
+    forks = ForkServer("tests.exits_on_import:build")
+    try:
+        with pytest.raises(ForkServerError, match="did not start.*forkserver.log"):
+            forks(spec(), tmp_path / "a", 60, env=trial_env())
+    finally:
+        forks.close()
+    assert forks.servers == {}

@@ -242,7 +242,8 @@ def test_pruning_looks_only_at_the_same_strategy():
     dist = {"checkpointing": CategoricalDistribution(["none", "full"]), "micro_batch": CategoricalDistribution([2, 4, 8])}
     for ckpt, mb, status in (("none", 4, "oom"), ("full", 2, "ok")):
         study.add_trial(optuna.trial.create_trial(
-            params={"checkpointing": ckpt, "micro_batch": mb}, distributions=dist, user_attrs={"status": status},
+            params={"checkpointing": ckpt, "micro_batch": mb}, distributions=dist,
+            user_attrs={"status": status, "clean_start": True},
             state=optuna.trial.TrialState.FAIL if status == "oom" else optuna.trial.TrialState.COMPLETE,
             value=None if status == "oom" else 1.0))
     assert oom_at_smaller_micro_batch(study, {"checkpointing": "none", "micro_batch": 8}).params["micro_batch"] == 4

@@ -33,6 +33,15 @@ def test_ok_trial_reports_memory_time_and_losses(tmp_path):
     assert (tmp_path / "t" / "spec.json").is_file() and (tmp_path / "t" / "result.json").is_file()
 
 
+def test_timed_steps_go_on_until_they_add_up_to_min_measure_s(tmp_path):
+    s = dict(spec(config={"step_sleep": 0.02}, acc=1, measure=2), min_measure_s=0.5)
+    r = run(tmp_path, s)
+    assert r["status"] == "ok", r
+    assert len(r["step_times_s"]) > 2 and sum(r["step_times_s"]) >= 0.5  # each step sleeps 0.02 s
+    assert sum(r["step_times_s"][:-1]) < 0.5  # and no step more than needed
+    assert len(r["losses"]) == len(r["step_times_s"])
+
+
 def test_full_checkpointing_lowers_cpu_peak_memory(tmp_path):
     # Activations (two 16 x 512 x 256 fp32 tensors saved per layer, 8 layers) outweigh the
     # 2 MB of parameters; measured: checkpointing takes about 22 % off the peak.
