@@ -34,27 +34,26 @@ def _rss_bytes() -> int:
         return int(f.read().split()[1]) * resource.getpagesize()
 
 
-def _rss_file_bytes() -> int:
-    """Resident pages of mapped files (the libraries' code and data): not the trial's memory."""
+def _status_bytes(field: str) -> Optional[int]:
+    """A memory field of /proc/self/status (``VmHWM``, ``RssFile``, ...) in bytes, or None."""
     try:
         with open("/proc/self/status") as f:
             for line in f:
-                if line.startswith("RssFile:"):
+                if line.startswith(field + ":"):
                     return int(line.split()[1]) * 1024
     except OSError:
         pass
-    return 0
+    return None
+
+
+def _rss_file_bytes() -> int:
+    """Resident pages of mapped files (the libraries' code and data): not the trial's memory."""
+    return _status_bytes("RssFile") or 0
 
 
 def _peak_rss_bytes() -> int:
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+    peak = _status_bytes("VmHWM")
+    return peak if peak is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
 
 
 _M_MMAP_THRESHOLD = -3  # glibc mallopt parameter

@@ -44,6 +44,7 @@ def test_tune_writes_every_output(tmp_path):
     folded = trials[trials["samples_per_s_runs"].notna()]
     assert sorted(folded["number"]) == sorted(int(n) for _, n in repeats)
     assert (folded["samples_per_s_runs"].str.count(";") == 1).all()  # two processes each
+    assert (folded["peak_memory_gib_runs"].str.count(";") == 1).all()  # and each one's peak kept
     assert "best by roi:" in out.stdout and "Pareto front" in out.stdout
 
     tuned = load_tuned(run_dir / "best.yaml")
