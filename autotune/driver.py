@@ -28,7 +28,7 @@ from autotune.space import skip_reason
 from autotune.clean_start import trusted
 from autotune.claims import Heartbeat, cut_short, duplicate_of, enqueue_missing, is_duplicate, recover
 from autotune.search import QueueSearch, make_search
-from autotune.storage import open_study
+from autotune.storage import check_setup, open_study
 from autotune.table import trials_table
 from autotune.strategy import Strategy, allocator_env
 
@@ -246,6 +246,8 @@ def run_study(plan: Plan, run_dir: Path, storage: str, on_trial: Callable[[str],
     search = make_search(plan.search, configs, runnable, plan.choices, plan)
     study = open_study(plan.study_name, storage, getattr(search, "sampler", None)
                        or optuna.samplers.RandomSampler(seed=plan.seed))
+    if plan.setup:
+        check_setup(study, plan.setup, storage)
     retried = recover(study)
     done_before, _ = _counts(study)
     added = search.start(study)

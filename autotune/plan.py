@@ -57,6 +57,9 @@ class Plan:
     reductions: List[str] = field(default_factory=list)  # what a CPU run shrank, for the log and report
     profile: bool = False  # trace the best configuration once more under torch.profiler
     workers: int = 1  # drivers on this study (autotune/workers.py)
+    # Everything that changes a measurement (the study's name derives from it, and the
+    # study records it: storage.check_setup refuses a study that measured another setup).
+    setup: Dict = field(default_factory=dict)
 
     @property
     def choices(self) -> Dict[str, list]:
@@ -234,5 +237,5 @@ def make_plan(cfg: TuneConfig, overridden: frozenset = frozenset()) -> Plan:
         study_name=cfg.study_name or default_study_name(cfg.model.name, cfg.search_space.name, budgets, measured),
         storage=cfg.storage, reductions=reductions, search=sc.strategy, n_trials=sc.n_trials,
         search_timeout_s=sc.timeout,
-        isolation=t.isolation, min_measure_s=t.min_measure_s, profile=cfg.profile,
+        isolation=t.isolation, min_measure_s=t.min_measure_s, profile=cfg.profile, setup=measured,
         workers=worker_count(cfg.workers, device))

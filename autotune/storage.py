@@ -134,6 +134,32 @@ def open_study(name: str, url: str, sampler: Optional[optuna.samplers.BaseSample
     return study
 
 
+SETUP_ATTR = "autotune_setup"  # the study's record of what it measures
+
+
+def check_setup(study: optuna.Study, setup: dict, url: str) -> None:
+    """Record ``setup`` (everything that changes a measurement) in a new study; refuse one
+    that measured another setup, whoever chose the name, naming what differs, so that no
+    run reuses figures that are not its own."""
+    here = json.loads(json.dumps(setup, sort_keys=True, default=str))
+    there = study.user_attrs.get(SETUP_ATTR)
+    if there is None:
+        if any(t.state.is_finished() for t in study.get_trials(deepcopy=False)):
+            raise StorageError(f"study '{study.study_name}' in {redact(url)} holds trials but no record of what "
+                               "they measured (an older autotune made it); pass study_name=NEW_NAME to start a new "
+                               "study")
+        study.set_user_attr(SETUP_ATTR, here)
+        return
+    if there == here:
+        return
+    keys = sorted(set(here) | set(there))
+    diff = "; ".join(f"{k}: {json.dumps(there.get(k))} there, {json.dumps(here.get(k))} here"
+                     for k in keys if there.get(k) != here.get(k))
+    raise StorageError(f"study '{study.study_name}' in {redact(url)} measured another setup ({diff}); its figures "
+                       "are not this command's. Pass study_name=NEW_NAME, or leave study_name unset (the default "
+                       "name is derived from the setup), or rerun the command that made it")
+
+
 def snapshot(study: optuna.Study, path: Path) -> None:
     """Copy the study into its own SQLite file (the run directory's record of it)."""
     path.unlink(missing_ok=True)

@@ -249,3 +249,25 @@ def test_pruning_looks_only_at_the_same_strategy():
     assert oom_at_smaller_micro_batch(study, {"checkpointing": "none", "micro_batch": 8}).params["micro_batch"] == 4
     assert oom_at_smaller_micro_batch(study, {"checkpointing": "none", "micro_batch": 4}) is None  # not smaller
     assert oom_at_smaller_micro_batch(study, {"checkpointing": "full", "micro_batch": 8}) is None  # other strategy
+
+
+@pytest.mark.parametrize("change", ["global_batch=8", "model.config.width=16", "model=tiny"])
+def test_a_study_name_reused_by_another_setup_is_refused_not_resumed(tmp_path, change):
+    """A study records what it measured; a command that would measure something else under
+    the same name is refused (naming what differs) before any trial, and the study stays
+    as it was."""
+    storage = tmp_path / "shared.db"
+    args = lambda *extra: faulty(tmp_path, f"storage=sqlite:///{storage}", "study_name=shared",  # noqa: E731
+                                 "search.n_trials=1", *extra)
+    first = run_cli(tmp_path / "a", *args())
+    assert first.returncode == 0, first.stdout + first.stderr
+    before = [(t.number, t.state) for t in study_trials(storage)]
+    again = run_cli(tmp_path / "b", *args(change))
+    assert again.returncode == 2, again.stdout + again.stderr
+    key = change.split("=")[0].split(".")[-1]
+    assert "study 'shared'" in again.stdout + again.stderr and "measured another setup" in again.stdout + again.stderr
+    assert {"global_batch": "global_batch", "width": "config", "model": "target"}[key] in again.stdout + again.stderr
+    assert [(t.number, t.state) for t in study_trials(storage)] == before
+    assert not (tmp_path / "b" / "best.yaml").exists()
+    same = run_cli(tmp_path / "c", *args())  # the same command still resumes it
+    assert same.returncode == 0 and "resuming study 'shared'" in same.stdout + same.stderr
