@@ -52,9 +52,10 @@ def test_tune_writes_every_output(tmp_path):
     row = trials[trials["number"] == best["measured"]["trial"]].iloc[0]
     assert (tuned.checkpointing, tuned.precision, tuned.micro_batch) == (row["checkpointing"], row["precision"], row["micro_batch"])
     assert tuned.micro_batch * tuned.accumulation == 8
-    # The winner is the top ROI, or tied with it within the measured timing spread.
+    # The winner is the top ROI, or tied with it within the measured timing spread (a spread
+    # of 100 % or more, as on a loaded machine, leaves its bound undefined: it bounds nothing).
     top = trials.loc[trials["roi"].idxmax()]
-    assert row["number"] == top["number"] or row["roi_hi"] >= top["roi_lo"]
+    assert row["number"] == top["number"] or not row["roi_hi"] < top["roi_lo"]
 
     pareto = pd.read_csv(run_dir / "pareto.csv")
     assert len(pareto) >= 1 and set(pareto["number"]) <= set(ran["number"])
