@@ -18,6 +18,13 @@ has ended, ``exited PID CODE`` (CODE as ``subprocess`` reports it: negative for 
 Each child leads a process group of its own, so the driver can kill it, and anything it
 started, at the time limit; it also dies with the server, which dies with the driver.
 
+The server is not single-threaded: the libraries it imports start idle native thread pools
+(numpy's OpenBLAS pool at import, one thread per extra core), which Python 3.12 warns about
+at every fork. Those pools hold no lock while idle, and OpenBLAS shuts its pool down before
+a fork (its own atfork handler) and starts it again when next used, so the warning is
+silenced here. What must not happen before a fork, CUDA or an OpenMP parallel region,
+``preload`` never does.
+
 Hand-written rather than ``multiprocessing``'s forkserver start method: that one cannot
 run a trial in a new process group with its output in the trial's log, report the exit of
 a child that was killed, or preload the user's builder, and it pickles what it runs.
@@ -29,6 +36,7 @@ import signal
 import sys
 import time
 import traceback
+import warnings
 from pathlib import Path
 
 from autotune.runner import die_with_parent
@@ -79,6 +87,8 @@ def _child(spec_path: Path, control_fd: int) -> None:
 
 
 def serve(control, control_fd: int) -> None:
+    warnings.filterwarnings("ignore", message=r".*is multi-threaded, use of fork\(\) may lead to deadlocks",
+                            category=DeprecationWarning)
     while line := sys.stdin.readline():
         spec_path = Path(line.strip())
         sys.stdout.flush()
