@@ -29,6 +29,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 ORPHANED = "the driver stopped while this trial ran"
+MAX_CUTS = 3  # a configuration a stopping driver cut short this often is given up (given_up)
 HEARTBEAT_S = 20.0
 STALE_S = 6 * HEARTBEAT_S  # another host's trial counts as orphaned after this much silence
 
@@ -155,11 +156,37 @@ class Heartbeat:
         self._thread.join()
 
 
+def _driver_cut(t: FrozenTrial) -> bool:
+    """Cut short by its driver stopping (not by a model that could not be built)."""
+    return cut_short(t) and t.user_attrs.get("phase") != "build"
+
+
+def _attempts(study: optuna.Study) -> tuple:
+    """(configurations waiting or running, finished attempts per configuration)."""
+    trials = [t for t in study.get_trials(deepcopy=False) if not is_duplicate(t)]
+    pending = {config_key(t) for t in trials if t.state in (TrialState.WAITING, TrialState.RUNNING)}
+    attempts: dict = {}
+    for t in trials:
+        if t.state.is_finished():
+            attempts.setdefault(config_key(t), []).append(t)
+    return pending, attempts
+
+
+def given_up(study: optuna.Study) -> List[FrozenTrial]:
+    """The last attempt of each configuration that was cut short MAX_CUTS times and never
+    measured: it is not retried again, and the run says so."""
+    pending, attempts = _attempts(study)
+    return [max(tried, key=lambda t: t.number) for key, tried in attempts.items()
+            if key not in pending and all(cut_short(t) for t in tried)
+            and sum(_driver_cut(t) for t in tried) >= MAX_CUTS]
+
+
 def recover(study: optuna.Study) -> List[dict]:
-    """Close trials whose owner is gone; enqueue each such configuration again, once.
+    """Close trials whose owner is gone; enqueue each such configuration again.
 
     A configuration is retried when every attempt at it was cut short (left running by a
-    dead driver, or interrupted) and it has been attempted only once.
+    dead driver, interrupted, or stopped because the model could not be built), until a
+    stopping driver has cut it short MAX_CUTS times (``given_up``).
     """
     storage = study._storage
     now = time.time()
@@ -171,19 +198,15 @@ def recover(study: optuna.Study) -> List[dict]:
                 storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
             except optuna.exceptions.UpdateFinishedTrialError:
                 pass  # its owner finished it after all
-    trials = [t for t in study.get_trials(deepcopy=False) if not is_duplicate(t)]
-    pending = {config_key(t) for t in trials if t.state in (TrialState.WAITING, TrialState.RUNNING)}
-    attempts: dict = {}
-    for t in trials:
-        if t.state.is_finished():
-            attempts.setdefault(config_key(t), []).append(t)
+    pending, attempts = _attempts(study)
     retry = []
     for key, tried in attempts.items():
-        if key not in pending and len(tried) == 1 and cut_short(tried[0]):
+        if key not in pending and all(cut_short(t) for t in tried) and sum(map(_driver_cut, tried)) < MAX_CUTS:
+            last = max(tried, key=lambda t: t.number)
             params = {k: v for k, v in key if k != "repeat"}
-            attrs = {"retry_of": tried[0].number}
-            if tried[0].user_attrs.get("repeat"):
-                attrs.update(repeat=tried[0].user_attrs["repeat"], repeat_of=tried[0].user_attrs.get("repeat_of"))
+            attrs = {"retry_of": last.number}
+            if last.user_attrs.get("repeat"):
+                attrs.update(repeat=last.user_attrs["repeat"], repeat_of=last.user_attrs.get("repeat_of"))
             retry.append({"params": params, "user_attrs": attrs})
     for r in retry:
         study.enqueue_trial(r["params"], user_attrs=r["user_attrs"], skip_if_exists=False)

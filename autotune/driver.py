@@ -166,7 +166,7 @@ def measure_queue(study: optuna.Study, plan: Plan, run_dir: Path, search=None, s
             _measure(study, trial, plan, run_dir, choices, on_trial, runner, of)
         except optuna.exceptions.UpdateFinishedTrialError:
             # Another driver closed this trial as orphaned (it heard no heartbeat in time):
-            # its result is dropped here and the configuration retried once by recover().
+            # its result is dropped here and the configuration retried by recover().
             on_trial(f"trial {trial.number} was closed by another driver while it ran; its configuration is retried")
 
 
@@ -236,7 +236,7 @@ def run_study(plan: Plan, run_dir: Path, storage: str, on_trial: Callable[[str],
     re-measure the close contenders in fresh processes.
 
     Other drivers may work on the same study at the same time; resuming is the same thing
-    after a driver died: trials left running are closed and retried once, finished ones
+    after a driver died: trials left running are closed and retried (claims.recover), finished ones
     are not run again. ``runner`` runs one trial (``runner.run_trial``; the replay
     benchmark passes a recorded table instead).
     """

@@ -11,6 +11,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from autotune.claims import MAX_CUTS, given_up, params_of
 from autotune.driver import IsolationError, ModelBuildError, run_study
 from autotune.table import trials_table
 from autotune.plan import ConfigError, Plan, make_plan
@@ -120,4 +121,10 @@ def tune(cfg: DictConfig, run_dir: Path, overrides=(), hydra_overrides=()) -> in
         log.info(f"interrupted: the outputs cover the trials that finished. Run the same command again to "
                  f"resume study '{plan.study_name}'")
         return 130
+    lost = given_up(study)
+    if lost:
+        log.error(f"{len(lost)} configuration(s) were cut short {MAX_CUTS} times by a stopping driver and are given "
+                  "up, never measured: " + "; ".join(f"trial {t.number} ({params_of(t)})" for t in lost)
+                  + f". The same command does not retry them again; study_name=NEW_NAME starts a study that does")
+        return 1
     return 0 if best is not None else 1

@@ -5,7 +5,7 @@ processes with the same command, the same study and storage, each in a run direc
 its own (``<run>/workers/<k>/``) and, on CUDA, pinned to a GPU of its own through
 ``CUDA_VISIBLE_DEVICES``. Each claims configurations from the queue in the storage (the
 storage's atomic claim: no configuration runs twice), and a worker that dies leaves its
-trial to be closed and retried once by another (``claims.recover``). Worker 0 waits for
+trial to be closed and retried by another (``claims.recover``). Worker 0 waits for
 the others, then writes the outputs, which cover the whole study.
 """
 from __future__ import annotations

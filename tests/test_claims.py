@@ -7,7 +7,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from autotune.claims import ORPHANED, claim, duplicate_of, enqueue_missing, owner, recover
+from autotune.claims import ORPHANED, claim, duplicate_of, enqueue_missing, given_up, owner, recover
 from autotune.storage import StorageError, open_study
 
 CONFIGS = [{"checkpointing": c, "micro_batch": m} for c in ("none", "full") for m in (1, 2)]
@@ -67,7 +67,7 @@ def test_a_claim_is_atomic_across_processes(tmp_path):
     assert sorted(got) == list(range(40))  # every trial claimed, none twice
 
 
-def test_a_live_drivers_trial_is_left_alone_a_dead_ones_is_retried_once(study):
+def test_a_live_drivers_trial_is_left_alone_a_dead_ones_is_retried_until_three_cuts(study):
     enqueue_missing(study, CONFIGS[:2])
     mine = claim(study)  # owned by this (live) process
     dead = claim(study)
@@ -78,10 +78,15 @@ def test_a_live_drivers_trial_is_left_alone_a_dead_ones_is_retried_once(study):
     assert trials[mine.number].state == TrialState.RUNNING
     assert trials[dead.number].state == TrialState.FAIL and trials[dead.number].user_attrs["cause"] == ORPHANED
     assert trials[-1].state == TrialState.WAITING and trials[-1].user_attrs["retry_of"] == dead.number
-    # The retry dies too: no second retry.
+    # The retry dies too: retried again; after the third cut, given up (and said so).
     again = claim(study)
     study._storage.set_trial_user_attr(again._trial_id, "owner", {**owner(), "pid": 999999999, "start": "0"})
+    assert [r["user_attrs"]["retry_of"] for r in recover(study)] == [again.number]
+    assert given_up(study) == []
+    third = claim(study)
+    study._storage.set_trial_user_attr(third._trial_id, "owner", {**owner(), "pid": 999999999, "start": "0"})
     assert recover(study) == []
+    assert [t.number for t in given_up(study)] == [third.number]
 
 
 def test_a_corrupt_journal_is_a_clear_error_and_stays_untouched(tmp_path):

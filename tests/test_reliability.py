@@ -271,3 +271,44 @@ def test_a_study_name_reused_by_another_setup_is_refused_not_resumed(tmp_path, c
     assert not (tmp_path / "b" / "best.yaml").exists()
     same = run_cli(tmp_path / "c", *args())  # the same command still resumes it
     assert same.returncode == 0 and "resuming study 'shared'" in same.stdout + same.stderr
+
+
+def _kill_during_a_trial(tmp_path, name, args, db):
+    """Start the command, SIGKILL the driver once its own trial has been running for a second."""
+    proc = subprocess.Popen(cli_command(tmp_path / name, *args), cwd=ROOT, env=trial_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        try:
+            if any(t.state == optuna.trial.TrialState.RUNNING and (t.user_attrs.get("owner") or {}).get("pid")
+                   == proc.pid for t in study_trials(db)):
+                break
+        except Exception:  # the study is being created
+            pass
+        time.sleep(0.2)
+    time.sleep(1.0)
+    assert proc.poll() is None, "the driver ended before it could be cut short:\n" + proc.communicate()[0]
+    proc.kill()
+    proc.communicate(timeout=60)
+
+
+def test_a_configuration_cut_short_twice_is_retried_again_and_given_up_only_after_three_cuts(tmp_path):
+    db = tmp_path / "studies.db"
+    space = space_file(tmp_path, "[none]", 4, 4)  # one configuration
+    args = faulty(tmp_path, "model.config.step_sleep=0.5", f"storage=sqlite:///{db}", space=space)
+    _kill_during_a_trial(tmp_path, "run1", args, db)
+    _kill_during_a_trial(tmp_path, "run2", args, db)  # during the retry
+    done = run_cli(tmp_path / "run3", *args)
+    assert done.returncode == 0, done.stdout + done.stderr
+    statuses = [t.user_attrs.get("status") for t in study_trials(db)]
+    assert statuses == ["crash", "crash", "ok"], statuses  # measured on the third attempt
+
+    db2 = tmp_path / "other.db"
+    args2 = faulty(tmp_path, "model.config.step_sleep=0.5", f"storage=sqlite:///{db2}", space=space)
+    for k in range(3):
+        _kill_during_a_trial(tmp_path, f"cut{k}", args2, db2)
+    gave_up = run_cli(tmp_path / "after", *args2)
+    out = gave_up.stdout + gave_up.stderr
+    assert gave_up.returncode == 1, out
+    assert "cut short 3 times by a stopping driver and are given up" in out and "trial 2" in out
+    assert [t.user_attrs.get("status") for t in study_trials(db2)] == ["crash"] * 3  # not run a fourth time
