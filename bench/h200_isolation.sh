@@ -10,6 +10,8 @@
 #       auto-llama-16             the same for model=llama budget_gib=16
 #       auto-bert-large-16/-40    python -m autotune model=bert-large budget_gib=16 (or 40)
 #       grid-bert-large-24        the same as auto-bert-large-24 with search=grid
+#       grid-bert-large-budgets   python -m autotune model=bert-large search=grid budget_gib=[16,24,40]
+#                                 (every trial capped at 40 GiB; the winner of each budget)
 #   bash bench/h200_isolation.sh wait SECS       # until every step has ended or SECS pass
 #   bash bench/h200_isolation.sh collect OUT     # OUT/isolation.tar.gz: logs, run directories
 # Each step writes /tmp/iso/STEP/ (tune.log, run/, check.log, cost.log) and a study storage
@@ -38,6 +40,7 @@ step() {
     auto-bert-large-16) tune_and_check "$1" no model=bert-large budget_gib=16 ;;
     auto-bert-large-40) tune_and_check "$1" no model=bert-large budget_gib=40 ;;
     grid-bert-large-24) tune_and_check "$1" yes model=bert-large budget_gib=24 search=grid ;;
+    grid-bert-large-budgets) tune_and_check "$1" no model=bert-large search=grid 'budget_gib=[16,24,40]' ;;
     *) echo "unknown step $1" ;;
   esac
 }
