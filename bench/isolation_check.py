@@ -7,7 +7,10 @@ same spec again in a new interpreter (``python -m autotune.trial``, one at a tim
 same memory cap and allocator setting) and compares: the status; peak allocated memory
 (within 1 %) and peak reserved memory (within 3 %); samples/s (within the larger of 5 % and
 the two runs' timing spreads). Prints a markdown table, writes the rows as JSON (default
-RUN_DIR/isolation_check.json), and exits 1 if any comparison fails.
+RUN_DIR/isolation_check.json, rewritten after every trial so that a check cut short keeps
+what it compared), and exits 1 if any comparison fails.
+
+    python bench/isolation_check.py --table FILE.json   # the table again, from saved rows
 """
 from __future__ import annotations
 
@@ -50,9 +53,15 @@ def compare(run: dict, fresh: dict) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("run_dir", type=Path)
+    ap.add_argument("run_dir", type=Path, nargs="?")
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--table", type=Path, help="print the table of rows saved by an earlier check; run nothing")
     args = ap.parse_args(argv)
+    if args.table:
+        return print_table(json.loads(args.table.read_text()))
+    if args.run_dir is None:
+        ap.error("RUN_DIR is needed unless --table is given")
+    out = args.out or args.run_dir / "isolation_check.json"
     rows = []
     for trial_dir in sorted((args.run_dir / "trials").iterdir()):
         spec_path, result_path = trial_dir / "spec.json", trial_dir / "result.json"
@@ -66,8 +75,11 @@ def main(argv=None) -> int:
         row = {"trial": trial_dir.name, "config": strategy.label(), **compare(run, fresh)}
         rows.append(row)
         print(json.dumps(row), flush=True)
-    out = args.out or args.run_dir / "isolation_check.json"
-    out.write_text(json.dumps(rows, indent=1))
+        out.write_text(json.dumps(rows, indent=1))
+    return print_table(rows)
+
+
+def print_table(rows: list) -> int:
     print("\n| trial | config | status (run / fresh) | peak allocated GiB (run / fresh) | peak reserved GiB "
           "(run / fresh) | samples/s (run / fresh, limit) | agrees |\n|---|---|---|---|---|---|---|")
     for r in rows:
