@@ -9,6 +9,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from autotune.config import register
+from autotune.storage import redact_files
 
 register()
 # conf/ sits beside the package (editable install); an absolute path keeps Hydra from
@@ -21,6 +22,8 @@ def main(cfg: DictConfig) -> None:
     from autotune.tune import tune  # after Hydra has set up logging and the run directory
 
     hc = HydraConfig.get()
+    if hc.output_subdir:  # Hydra wrote the command line there, a storage password included
+        redact_files(Path(hc.runtime.output_dir) / hc.output_subdir)
     code = tune(cfg, Path(hc.runtime.output_dir), list(hc.overrides.task), list(hc.overrides.hydra))
     if code:
         sys.exit(code)

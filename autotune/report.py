@@ -24,6 +24,7 @@ from autotune import svgplot  # noqa: E402
 from autotune.effects import strategy_effects  # noqa: E402
 from autotune.scoring import Baseline  # noqa: E402
 from autotune.strategy import checkpoint_fraction, checkpoint_label  # noqa: E402
+from autotune.storage import redact  # noqa: E402
 from autotune.table import MEMORY_AGREEMENT  # noqa: E402
 
 PRECISION_COLOURS = {"fp32": "#1f77b4", "bf16": "#2ca02c", "fp16": "#ff7f0e"}
@@ -250,7 +251,7 @@ th {{ background: #f3f3f3; }} .best {{ font-size: 1.1em; }} code {{ background: 
 </style></head><body>
 <h1>autotune report</h1>
 <p>{esc(title)} - seq_len {meta['seq_len']} - budget {esc(", ".join(f"{b:.1f}" for b in meta["budgets"]))} GiB - device {esc(meta['device_name'])}{" - torch " + esc(meta["torch"]) if meta.get("torch") else ""}</p>
-<p>Command: <code>{esc(meta['command'])}</code></p>
+<p>Command: <code>{esc(redact(meta['command']))}</code></p>
 {best_html}
 <ul>{''.join(f'<li>{n}</li>' for n in notes)}</ul>
 {budget_html}
@@ -269,7 +270,7 @@ th {{ background: #f3f3f3; }} .best {{ font-size: 1.1em; }} code {{ background: 
 {_table(scored[cols], table_id="trials")}
 <h2>Measured on</h2>
 {_environment_html(meta)}
-<p>Reproduce: <code>{esc(meta['command'])}</code> (a new study_name measures again; the same one resumes).</p>
+<p>Reproduce: <code>{esc(redact(meta['command']))}</code> (a new study_name measures again; the same one resumes).</p>
 {_profile_html(meta)}
 <script>{SORT_SCRIPT}</script>
 </body></html>

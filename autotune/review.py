@@ -139,7 +139,7 @@ def open_reviewed(path: str, study_name: Optional[str] = None) -> Reviewed:
                           "(outputs/<date>/<time>) or a study storage")
     else:
         study = _load_study(_storage_url(path), study_name)
-        table, name, source = trials_table(study), study.study_name, path
+        table, name, source = trials_table(study), study.study_name, redact(path)
         settings = study.user_attrs.get(SETTINGS_ATTR)
         if settings is None:
             raise ReviewError(f"study '{study.study_name}' in {redact(path)} was made before autotune stored its "

@@ -25,11 +25,47 @@ class StorageError(RuntimeError):
     """The study storage cannot be used; the message names it and what to do."""
 
 
+# The forms a credential takes in a database URL or a libpq DSN: the userinfo's password
+# (scheme://user:PASSWORD@host) and a password parameter (?password=..., password=... in a DSN).
+_USERINFO = re.compile(r"([A-Za-z][\w+.-]*://[^:/@\s?#]*:)([^@\s/?#]*)(@)")
+_PARAM = re.compile(r"(?i)(\b(?:password|passwd|pwd|sslpassword)\s*=\s*)('[^']*'|\"[^\"]*\"|[^&\s;,'\"]+)")
+# A password seen in a URL is also masked where it appears on its own (a driver's message may
+# quote it), but only from this length on: a shorter one would mask the same characters in
+# unrelated text (trial.seed=***).
+_LITERAL_MIN = 6
+
+
+def _passwords(url: str) -> list:
+    from urllib.parse import parse_qs, unquote, urlsplit
+
+    found = [m.group(2) for m in _USERINFO.finditer(url)]
+    try:
+        found += [v for k, vs in parse_qs(urlsplit(url).query).items()
+                  if k.lower() in ("password", "passwd", "pwd", "sslpassword") for v in vs]
+    except ValueError:
+        pass
+    return sorted({p for f in found for p in (f, unquote(f)) if len(p) >= _LITERAL_MIN}, key=len, reverse=True)
+
+
 def redact(text: str, url: Optional[str] = None) -> str:
-    """``text`` with the password of a storage URL (``scheme://user:PASSWORD@host/db``) masked."""
-    url = text if url is None else url
-    m = re.match(r"^[\w+.-]+://[^:/@]*:([^@]*)@", url)
-    return text.replace(m.group(1), "***") if m and m.group(1) else text
+    """``text`` with every credential of a storage URL masked as ``***``: the userinfo's
+    password, password parameters, and (when ``url`` is given, or ``text`` is the URL) that
+    URL's passwords wherever they appear, if at least 6 characters long. Nothing else changes."""
+    text = str(text)
+    out = _PARAM.sub(r"\1***", _USERINFO.sub(r"\1***\3", text))
+    for password in _passwords(text if url is None else url):
+        out = out.replace(password, "***")
+    return out
+
+
+def redact_files(folder: Path) -> None:
+    """Mask credentials in files already written, such as the ``.hydra/*.yaml`` Hydra writes
+    with the command line before the run starts."""
+    for path in sorted(folder.glob("*.yaml")) if folder.is_dir() else []:
+        text = path.read_text()
+        masked = redact(text)
+        if masked != text:
+            path.write_text(masked)
 
 
 def default_storage(cwd: Path) -> str:

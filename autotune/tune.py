@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import signal
 from pathlib import Path
 
@@ -51,6 +52,20 @@ def _describe(plan: Plan) -> None:
                  "turns this off): " + ", ".join(plan.reductions))
 
 
+# The storage URL can come from the environment instead of the command line, which keeps a
+# password out of argv (ps), shell history and Hydra's .hydra/ files; the workers that
+# workers=N starts get the URL and the study name this way (workers.start_workers).
+STORAGE_ENV, STUDY_NAME_ENV = "AUTOTUNE_STORAGE", "AUTOTUNE_STUDY_NAME"
+
+
+def _with_environment(cfg):
+    if cfg.storage is None and os.environ.get(STORAGE_ENV):
+        cfg.storage = os.environ[STORAGE_ENV]
+    if cfg.study_name is None and os.environ.get(STUDY_NAME_ENV):
+        cfg.study_name = os.environ[STUDY_NAME_ENV]
+    return cfg
+
+
 def _raise_interrupt(signum, frame):
     raise KeyboardInterrupt(f"signal {signum}")
 
@@ -60,7 +75,7 @@ def tune(cfg: DictConfig, run_dir: Path, overrides=(), hydra_overrides=()) -> in
     settings such as a search path) are passed on to the other workers."""
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     try:
-        plan = make_plan(OmegaConf.to_object(cfg), _overridden_keys(overrides))
+        plan = make_plan(_with_environment(OmegaConf.to_object(cfg)), _overridden_keys(overrides))
     except ConfigError as e:
         log.error(str(e))
         return 2

@@ -39,6 +39,12 @@ def worker_count(value, device: Optional[DeviceInfo]) -> int:
     return int(value)
 
 
+def hydra_quoted(value: str) -> str:
+    """``value`` as one quoted value of Hydra's override grammar (spaces, commas, brackets and
+    quotes in a run directory's path survive)."""
+    return "'" + value.replace("'", "\\'") + "'"  # a backslash escapes only a quote there
+
+
 def start_workers(n: int, overrides: List[str], run_dir: Path, study_name: str, storage: str,
                   device: DeviceInfo) -> List[subprocess.Popen]:
     """Start workers 1..n-1; worker 0 is the calling driver."""
@@ -53,16 +59,18 @@ def start_workers(n: int, overrides: List[str], run_dir: Path, study_name: str, 
             ("workers", "study_name", "storage", "hydra.run.dir", "hydra.job.name", "device")]
     procs = []
     for k in range(1, n):
-        env = {}
+        # The study's name and storage travel by environment (tune.STORAGE_ENV): a name that
+        # needs quoting survives, and a password stays out of argv and the worker's .hydra/.
+        env = {"AUTOTUNE_STORAGE": storage, "AUTOTUNE_STUDY_NAME": study_name}
         if device.kind == "cuda":
             env["CUDA_VISIBLE_DEVICES"] = gpus[k - 1]
         wdir = run_dir / "workers" / str(k)
         wdir.mkdir(parents=True, exist_ok=True)
-        argv = ["autotune", *keep, "workers=1", f"study_name={study_name}", f"storage={storage}",
-                f"hydra.run.dir={wdir}", "device=cuda:0" if device.kind == "cuda" else f"device={device.kind}"]
+        argv = ["autotune", *keep, "workers=1", f"hydra.run.dir={hydra_quoted(str(wdir))}",
+                "device=cuda:0" if device.kind == "cuda" else f"device={device.kind}"]
         with open(wdir / "worker.log", "wb") as out:
             proc = _start(argv, {**env, "AUTOTUNE_WORKER": str(k)}, stdout=out, stderr=subprocess.STDOUT)
-        where = f" on GPU {env['CUDA_VISIBLE_DEVICES']}" if env else ""
+        where = f" on GPU {env['CUDA_VISIBLE_DEVICES']}" if "CUDA_VISIBLE_DEVICES" in env else ""
         log.info(f"worker {k} started{where} (pid {proc.pid}, log {wdir / 'worker.log'})")
         procs.append(proc)
     return procs

@@ -1,0 +1,106 @@
+"""Credentials, hostile values and readers: what a run must not leak, run or write (CPU, real
+processes; the PostgreSQL tests use the server .ci/run starts)."""
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import optuna
+import pytest
+
+from autotune.storage import make_storage, redact
+from tests.conftest import ROOT, cli_command, trial_env
+from tests.test_reliability import faulty, space_file
+
+
+def postgres_url():
+    url = os.environ.get("AUTOTUNE_TEST_POSTGRES")
+    if url is None:
+        if os.environ.get("CI"):
+            pytest.fail("AUTOTUNE_TEST_POSTGRES is not set: .ci/run starts PostgreSQL and sets it")
+        pytest.skip("no PostgreSQL here (set AUTOTUNE_TEST_POSTGRES=postgresql://...; CI does)")
+    return url
+
+
+def every_file(folder: Path):
+    return [p for p in folder.rglob("*") if p.is_file()]
+
+
+def test_redaction_masks_each_credential_form_and_nothing_else():
+    assert redact("postgresql://tuner:s3cr%40t@db:5432/s") == "postgresql://tuner:***@db:5432/s"
+    assert redact("postgresql://tuner@db/s?sslmode=require&password=hunter2") == \
+        "postgresql://tuner@db/s?sslmode=require&password=***"
+    assert redact("host=db user=tuner password='x y z' dbname=s") == "host=db user=tuner password=*** dbname=s"
+    # A short password masks the URL's credential, not the same characters elsewhere.
+    url = "postgresql://u:a@h/db"
+    assert redact(f"{url} trial.seed=1 apostgresql", url) == "postgresql://u:***@h/db trial.seed=1 apostgresql"
+    # A longer one is masked wherever it appears, decoded as a driver would print it.
+    url = "postgresql://u:p%40ssw0rd@h/db"
+    assert redact("FATAL: p@ssw0rd rejected", url) == "FATAL: *** rejected"
+    for harmless in ("sqlite:////tmp/a:b@c.db", "journal:/x/y.log", "postgresql://u@h/db?passfile=/p/.pgpass"):
+        assert redact(harmless) == harmless
+
+
+def test_workers_start_when_the_study_name_needs_quoting(tmp_path):
+    """Item 8: the started workers get the name (and the storage) by environment, not argv."""
+    url = f"journal:{tmp_path / 'studies.log'}"
+    name = "tuner, v2 [a=b] it's"
+    quoted = "study_name='" + name.replace("'", "\\'") + "'"
+    args = faulty(tmp_path, "model.config.step_sleep=0.5", "global_batch=8", f"storage={url}", quoted,
+                  "workers=2", space=space_file(tmp_path, lo=1, hi=4))
+    run = tmp_path / "run dir, [1]"  # a run directory whose path needs quoting too
+    out = subprocess.run(cli_command(run, *args), cwd=ROOT, env=trial_env(), capture_output=True, text=True,
+                         timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "2 workers on the study" in out.stdout and "worker 1 started" in out.stdout
+    worker_log = (run / "workers" / "1" / "worker.log").read_text()
+    assert f"study '{name}'" in worker_log, worker_log
+    st = optuna.load_study(study_name=name, storage=make_storage(url))
+    owners = {t.user_attrs["owner"]["pid"] for t in st.get_trials(deepcopy=False) if "owner" in t.user_attrs}
+    assert len(owners) == 2, owners  # both drivers measured: the worker did not fall back to another study
+    assert optuna.get_all_study_names(make_storage(url)) == [name]
+
+
+def test_a_password_reaches_no_output_no_argv_and_no_hydra_file(tmp_path):
+    """Item 3: the query-string and the userinfo forms, through a run with a worker and the
+    readers; the study's attributes in the database too."""
+    base = urlsplit(postgres_url())
+    password = base.password
+    assert password, "the test server's URL carries a password"
+    no_userinfo = base._replace(netloc=f"{base.username}@{base.hostname}:{base.port}")
+    query_form = urlunsplit(no_userinfo._replace(query=f"password={password}"))
+    space = space_file(tmp_path, lo=2, hi=4)
+    for form, url in (("query", query_form), ("userinfo", postgres_url())):
+        name = f"secret-{form}-{os.getpid()}-{time.time_ns()}"
+        run = tmp_path / form
+        args = faulty(tmp_path, "model.config.step_sleep=0.3", "global_batch=8", f"storage='{url}'",
+                      f"study_name={name}", "workers=2", space=space)
+        proc = subprocess.Popen(cli_command(run, *args), cwd=ROOT, env=trial_env(), stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+        argvs = set()
+        while proc.poll() is None:  # every process the run starts, as ps shows it
+            ps = subprocess.run(["ps", "-ww", "-eo", "args"], capture_output=True, text=True).stdout
+            argvs.update(line for line in ps.splitlines() if "autotune" in line)
+            time.sleep(0.2)
+        stdout = proc.stdout.read()
+        assert proc.returncode == 0, stdout
+        assert any("workers=1" in a for a in argvs), argvs  # the worker was seen
+        # Only the command the user typed holds the URL (AUTOTUNE_STORAGE keeps it out of that too).
+        assert not [a for a in argvs if "workers=1" in a and password in a], argvs
+        assert password not in stdout
+        written = every_file(run)
+        assert any(p.parent.name == ".hydra" for p in written) and (run / "workers/1/.hydra").is_dir()
+        for path in written:
+            assert password.encode() not in path.read_bytes(), (form, path)
+        st = optuna.load_study(study_name=name, storage=make_storage(postgres_url()))
+        assert password not in repr(st.user_attrs)
+        for reader in ("autotune.show", "autotune.report"):
+            extra = ["--out", str(tmp_path / f"rebuilt-{form}")] if reader == "autotune.report" else []
+            r = subprocess.run([sys.executable, "-m", reader, url, "--study", name, *extra], cwd=ROOT,
+                               env=trial_env(), capture_output=True, text=True, timeout=300)
+            assert r.returncode == 0, r.stdout + r.stderr
+            assert password not in r.stdout + r.stderr
+        for path in every_file(tmp_path / f"rebuilt-{form}"):
+            assert password.encode() not in path.read_bytes(), path
