@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+import os
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
@@ -98,10 +100,36 @@ def _check_workers(value, device) -> List[str]:
         if value > max(1, gpus):
             return [f"workers={value}: only {gpus} GPU(s) visible and each CUDA worker needs its own; use "
                     f"workers={max(1, gpus)} or workers=auto"]
+    elif value > (os.cpu_count() or 1):
+        return [f"workers={value}: this machine has {os.cpu_count()} CPU core(s), and CPU workers share them; use "
+                f"workers <= {os.cpu_count()}"]
     return []
 
 
 ISOLATIONS = ("fork", "fresh")
+MAX_ACCUMULATION = 4096
+
+
+def _positive(value) -> bool:
+    """A finite number > 0 (NaN and infinity are not)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+
+
+def _check_sequence(seq_len: int, micro_batch: int, model_config: dict, device) -> List[str]:
+    """A seq_len the model and the device could ever hold, before any trial finds out."""
+    positions = model_config.get("max_position_embeddings")
+    if isinstance(positions, int) and seq_len > positions:
+        return [f"seq_len={seq_len}: above the model's max_position_embeddings={positions}; use seq_len <= "
+                f"{positions}, or raise model.config.max_position_embeddings"]
+    # One layer's hidden states of the smallest micro-batch at 2 bytes a value: a floor far
+    # below any real configuration's peak, so only a size no device could hold is refused.
+    hidden = model_config.get("hidden_size") or model_config.get("n_embd") or 1
+    floor_gib = micro_batch * seq_len * (hidden if isinstance(hidden, int) else 1) * 2 / 2 ** 30
+    if floor_gib > device.memory_gib:
+        return [f"seq_len={seq_len}: the smallest configuration (micro_batch={micro_batch}) needs more than "
+                f"{floor_gib:.3g} GiB for one layer's activations alone, above this device's "
+                f"{device.memory_gib:.1f} GiB; use a smaller seq_len"]
+    return []
 
 
 def default_timeout(warmup_steps: int, measure_steps: int, min_measure_s: float = 0.0) -> float:
@@ -153,7 +181,7 @@ def make_plan(cfg: TuneConfig, overridden: frozenset = frozenset()) -> Plan:
         problems.append(f"trial.warmup_steps={t.warmup_steps}: must be >= 0; e.g. trial.warmup_steps=2")
     if t.measure_steps < 1:
         problems.append(f"trial.measure_steps={t.measure_steps}: must be >= 1; e.g. trial.measure_steps=5")
-    if t.timeout_s is not None and t.timeout_s <= 0:
+    if t.timeout_s is not None and not _positive(t.timeout_s):
         problems.append(f"trial.timeout_s={t.timeout_s}: must be > 0 seconds; e.g. trial.timeout_s=600, "
                         "or leave it unset to derive it from the steps")
     if t.repeats < 0:
@@ -166,7 +194,7 @@ def make_plan(cfg: TuneConfig, overridden: frozenset = frozenset()) -> Plan:
                         f"{', '.join(STRATEGIES)}")
     if sc.n_trials is not None and sc.n_trials < 1:
         problems.append(f"search.n_trials={sc.n_trials}: must be >= 1, or null for no limit; e.g. search.n_trials=20")
-    if sc.timeout is not None and sc.timeout <= 0:
+    if sc.timeout is not None and not _positive(sc.timeout):
         problems.append(f"search.timeout={sc.timeout:g}: must be > 0 seconds, or null for no limit; e.g. search.timeout=1800")
     problems += _check_workers(cfg.workers, device)
     if t.isolation not in ISOLATIONS:
@@ -177,10 +205,15 @@ def make_plan(cfg: TuneConfig, overridden: frozenset = frozenset()) -> Plan:
                         "trial.min_measure_s=5")
     roi = {k: getattr(cfg.roi, k) for k in ("memory_price_per_gib_hour", "compute_price_per_hour", "workload_samples")}
     for key in ("memory_price_per_gib_hour", "compute_price_per_hour"):
-        if roi[key] < 0:
-            problems.append(f"roi.{key}={roi[key]}: a price cannot be negative; use a value >= 0")
-    if roi["workload_samples"] <= 0:
-        problems.append(f"roi.workload_samples={roi['workload_samples']}: must be > 0 (samples the whole job trains on)")
+        if not (math.isfinite(roi[key]) and roi[key] >= 0):
+            problems.append(f"roi.{key}={roi[key]}: a price must be a finite number >= 0; e.g. roi.{key}=0.5")
+    if not _positive(roi["workload_samples"]):
+        problems.append(f"roi.workload_samples={roi['workload_samples']}: must be a finite number > 0 (samples the "
+                        "whole job trains on); e.g. roi.workload_samples=1e8")
+    if not _positive(t.lr):
+        problems.append(f"trial.lr={t.lr}: a learning rate must be a finite number > 0; e.g. trial.lr=1e-4")
+    if not 0 <= t.seed < 2 ** 32:
+        problems.append(f"trial.seed={t.seed}: a seed must be in [0, 2^32 - 1]; e.g. trial.seed=0")
 
     budgets: List[float] = []
     raw = cfg.budget_gib
@@ -191,8 +224,8 @@ def make_plan(cfg: TuneConfig, overridden: frozenset = frozenset()) -> Plan:
             budgets = [device.memory_gib]
         for b in ([] if raw is None else listed):
             where = f"budget_gib={raw}" + (f" ({b})" if is_list else "")
-            if isinstance(b, bool) or not isinstance(b, (int, float)):
-                problems.append(f"{where}: not a number of GiB; e.g. budget_gib=24 or budget_gib=[16,24,40]")
+            if isinstance(b, bool) or not isinstance(b, (int, float)) or not math.isfinite(b):
+                problems.append(f"{where}: not a finite number of GiB; e.g. budget_gib=24 or budget_gib=[16,24,40]")
             elif b <= 0:
                 problems.append(f"{where}: must be > 0; e.g. budget_gib={int(device.memory_gib)} or leave it unset")
             elif b > device.memory_gib + 1e-9:
@@ -216,6 +249,13 @@ def make_plan(cfg: TuneConfig, overridden: frozenset = frozenset()) -> Plan:
             problems.append(
                 f"search_space micro_batch bounds [{space.micro_batch_min}, {space.micro_batch_max}] leave no divisor "
                 f"of global_batch={global_batch}; use bounds that include one of {', '.join(map(str, divisors(global_batch)))}")
+    if micro_batches and global_batch // max(micro_batches) > MAX_ACCUMULATION:
+        problems.append(f"global_batch={global_batch}: even micro_batch={max(micro_batches)} needs "
+                        f"{global_batch // max(micro_batches)} accumulated micro-batches per optimizer step (at most "
+                        f"{MAX_ACCUMULATION}), so one trial would run for hours; lower global_batch or raise the search "
+                        "space's micro_batch.max")
+    if device is not None and micro_batches and seq_len >= 1:
+        problems += _check_sequence(seq_len, min(micro_batches), model_config, device)
     _check_builder(cfg.model._target_, problems)
 
     if problems:

@@ -10,8 +10,10 @@ run or study without running anything:
 from __future__ import annotations
 
 import html
-from pathlib import Path
+import re
+from pathlib import Path, PurePosixPath
 from typing import List, Optional
+from urllib.parse import quote
 
 import matplotlib
 
@@ -24,6 +26,7 @@ from autotune import svgplot  # noqa: E402
 from autotune.effects import strategy_effects  # noqa: E402
 from autotune.scoring import Baseline  # noqa: E402
 from autotune.strategy import checkpoint_fraction, checkpoint_label  # noqa: E402
+from autotune.safe_write import replacing, write_text  # noqa: E402
 from autotune.storage import redact  # noqa: E402
 from autotune.table import MEMORY_AGREEMENT  # noqa: E402
 
@@ -86,7 +89,7 @@ def pareto_figure(scored: pd.DataFrame, best: Optional[int], budgets: List[float
                    s=40, label=f"failed ({len(failed)}: {', '.join(sorted(set(failed['status'])))})", clip_on=False)
     ax.set_xlabel("peak memory (GiB)  - lower is better")
     ax.set_ylabel("throughput (samples/s)  - higher is better")
-    ax.set_title(title, fontsize=10)
+    ax.set_title(title.replace("$", r"\$"), fontsize=10)  # a name's $...$ is text, not mathtext
     ax.grid(alpha=0.3)
     ax.set_ylim(bottom=0)
     ax.set_xlim(left=0, right=xmax)
@@ -158,12 +161,33 @@ def _environment_html(meta: dict) -> str:
 
 
 def _profile_html(meta: dict) -> str:
-    if not meta.get("profile"):
+    trace = meta.get("profile")
+    if not trace or not _run_relative(str(trace)):  # a link only to a file the run wrote beside the page
         return ""
-    trace = html.escape(meta["profile"])
+    href, text = html.escape(quote(str(trace)), quote=True), html.escape(str(trace))
     return (f"<h2>Profile of the best configuration</h2><p>torch.profiler trace of its measured steps, from a run of "
-            f"its own: <a href='{trace}'>{trace}</a> (open it in chrome://tracing or Perfetto); the operators "
+            f"its own: <a href=\"{href}\">{text}</a> (open it in chrome://tracing or Perfetto); the operators "
             f"that took the most time are in <code>profile/top_ops.txt</code>.</p>")
+
+
+def _run_relative(path: str) -> bool:
+    """A relative path inside the run directory: no scheme (javascript:, http:), no root, no ..."""
+    p = PurePosixPath(path)
+    return bool(re.fullmatch(r"[\w./-]+", path)) and not p.is_absolute() and ".." not in p.parts
+
+
+def _esc(value) -> str:
+    """Every value put into the page goes through here: read back from a study or a file, it
+    may be anything (the report escapes at the point of interpolation, whatever the source)."""
+    return html.escape(str(value))
+
+
+def _num(value, fmt: str = "g") -> str:
+    """A number as text for the page; whatever else was read back, escaped."""
+    try:
+        return format(float(value), fmt)
+    except (TypeError, ValueError):
+        return html.escape(str(value))
 
 
 def _gib(v) -> Optional[str]:
@@ -192,10 +216,11 @@ def write_report(run_dir: Path, scored: pd.DataFrame, best: Optional[int], basel
     winner of each budget and why it won."""
     title = f"{meta['model']} on {meta['device_name']} - global batch {meta['global_batch']}"
     fig = pareto_figure(scored, best, meta["budgets"], baseline, title)
-    fig.savefig(run_dir / "pareto.png")  # for terminals and READMEs; the page draws its own
+    with replacing(run_dir / "pareto.png") as tmp:
+        fig.savefig(tmp)  # for terminals and READMEs; the page draws its own
     plt.close(fig)
 
-    esc = html.escape
+    esc = _esc
     cols = [c for c in TABLE_COLUMNS if c in scored.columns]
     front = scored[scored["on_pareto"]].sort_values("peak_memory_gib")[cols]
     effects = strategy_effects(scored, meta["global_batch"])
@@ -209,7 +234,7 @@ def write_report(run_dir: Path, scored: pd.DataFrame, best: Optional[int], basel
                      + (f", ROI {b['roi']:.2f}" if pd.notna(b.get("roi")) else "") + "</p>")
     notes = [f"Baseline (none / fp32 / micro_batch = global batch): {esc(baseline.note)}."]
     if meta.get("memory_cap_gib"):
-        notes.append(f"Every trial ran with its CUDA allocator capped to {meta['memory_cap_gib']:g} GiB less its CUDA "
+        notes.append(f"Every trial ran with its CUDA allocator capped to {_num(meta['memory_cap_gib'])} GiB less its CUDA "
                      "context (torch.cuda.set_per_process_memory_fraction), as on a card of that size; a trial fits a "
                      "budget when its reserved memory plus the context stays within it. Not simulated: the smaller "
                      "card's speed, and memory other processes would hold on it.")
@@ -240,7 +265,7 @@ def write_report(run_dir: Path, scored: pd.DataFrame, best: Optional[int], basel
     budget_html = ""
     if per_budget is not None:
         budget_html = ("<h2>Best per budget</h2>\n<p>The same trials, judged against each budget (the table and "
-                       f"plot below use the first, {meta['budget_gib']:g} GiB).</p>\n" + _table(per_budget))
+                       f"plot below use the first, {_num(meta['budget_gib'])} GiB).</p>\n" + _table(per_budget))
     page = f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>autotune report - {esc(title)}</title>
 <style>
@@ -250,7 +275,7 @@ th, td {{ padding: 3px 8px; border-bottom: 1px solid #ddd; text-align: right; }}
 th {{ background: #f3f3f3; }} .best {{ font-size: 1.1em; }} code {{ background: #f3f3f3; padding: 1px 4px; }}
 </style></head><body>
 <h1>autotune report</h1>
-<p>{esc(title)} - seq_len {meta['seq_len']} - budget {esc(", ".join(f"{b:.1f}" for b in meta["budgets"]))} GiB - device {esc(meta['device_name'])}{" - torch " + esc(meta["torch"]) if meta.get("torch") else ""}</p>
+<p>{esc(title)} - seq_len {esc(str(meta['seq_len']))} - budget {", ".join(_num(b, '.1f') for b in meta["budgets"])} GiB - device {esc(meta['device_name'])}{" - torch " + esc(meta["torch"]) if meta.get("torch") else ""}</p>
 <p>Command: <code>{esc(redact(meta['command']))}</code></p>
 {best_html}
 <ul>{''.join(f'<li>{n}</li>' for n in notes)}</ul>
@@ -276,7 +301,7 @@ th {{ background: #f3f3f3; }} .best {{ font-size: 1.1em; }} code {{ background: 
 </body></html>
 """
     path = run_dir / "report.html"
-    path.write_text(page)
+    write_text(path, page)
     return path
 
 

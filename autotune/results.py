@@ -7,6 +7,7 @@ from typing import List, Optional
 import pandas as pd
 import yaml
 
+from autotune.safe_write import replacing, write_text
 from autotune.budgets import BudgetResult, budget_label
 from autotune.plan import Plan
 from autotune.scoring import Baseline
@@ -53,8 +54,10 @@ def write_outputs(run_dir: Path, plan: Plan, results: List[BudgetResult], comman
     """trials.csv and pareto.csv (primary budget), best.yaml for the primary budget and,
     with several budgets, best-<budget>GiB.yaml for each; returns the tuned files written."""
     primary = results[0]
-    primary.scored.to_csv(run_dir / "trials.csv", index=False)
-    pareto_table(primary.scored).to_csv(run_dir / "pareto.csv", index=False)
+    with replacing(run_dir / "trials.csv") as tmp:
+        primary.scored.to_csv(tmp, index=False)
+    with replacing(run_dir / "pareto.csv") as tmp:
+        pareto_table(primary.scored).to_csv(tmp, index=False)
     header = ("# Tuned by autotune; load it with: from autotune import load_tuned; "
               "tuned = load_tuned('{name}')\n")
     written = []
@@ -64,7 +67,7 @@ def write_outputs(run_dir: Path, plan: Plan, results: List[BudgetResult], comman
         if r.best is not None:
             body = yaml.safe_dump(best_config(plan, r.scored.loc[r.best], r.baseline, command, r.budget_gib),
                                   sort_keys=False)
-            (run_dir / name).write_text(header.format(name=name) + body)
+            write_text(run_dir / name, header.format(name=name) + body)
             written.append(name)
     return written
 

@@ -16,12 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import List, Optional
 
+import numpy as np
 import optuna
 import pandas as pd
 import yaml
 
 from autotune.budgets import BudgetResult, budget_label, per_budget
-from autotune.storage import StorageError, check_sqlite, make_storage, redact, sqlite_path
+from autotune.storage import StorageError, open_read_only, redact
 from autotune.table import trials_table
 
 SETTINGS_ATTR = "autotune"
@@ -67,12 +68,7 @@ def _storage_url(path: str) -> str:
 
 def _load_study(url: str, study_name: Optional[str]) -> optuna.Study:
     try:
-        path = sqlite_path(url)
-        if path is not None:  # read as it is: no lock file, no directory made beside it
-            check_sqlite(path)
-            storage = optuna.storages.RDBStorage(url)
-        else:
-            storage = make_storage(url)
+        storage = open_read_only(url)  # a reader never writes, neither into the storage nor beside it
         names = optuna.get_all_study_names(storage)
     except StorageError:
         raise
@@ -97,13 +93,44 @@ def _default_roi() -> dict:
     return yaml.safe_load((Path(CONF_DIR) / "roi" / "default.yaml").read_text())
 
 
+TRIALS_COLUMNS = ("number", "status", "checkpointing", "precision", "micro_batch", "accumulation", "peak_memory_gib",
+                  "samples_per_s")
+
+
+def _read_trials_csv(path: Path) -> pd.DataFrame:
+    """A run's trials.csv, refused with the row and the fix when it is empty, not a table,
+    or cut short (an ok trial without its figures would otherwise be scored)."""
+    fix = "; rebuild it from the run's study (python -m autotune.report RUN_DIR/study.db) or rerun the command"
+    try:
+        table = pd.read_csv(path)
+    except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as e:
+        raise ReviewError(f"{path}: not a trials table ({type(e).__name__}: {str(e).strip()}){fix}") from None
+    missing = [c for c in TRIALS_COLUMNS if c not in table.columns]
+    if missing:
+        raise ReviewError(f"{path}: not an autotune trials table (no {', '.join(missing)} column){fix}")
+    ok = table["status"] == "ok"
+    figures = table[["micro_batch", "accumulation", "peak_memory_gib", "samples_per_s"]].apply(pd.to_numeric,
+                                                                                            errors="coerce")
+    broken = table[ok & ~(np.isfinite(figures).all(axis=1) & (figures > 0).all(axis=1))]
+    if len(broken):
+        rows = ", ".join(str(i + 2) for i in broken.index[:5])  # the file's line numbers (line 1: the header)
+        raise ReviewError(f"{path}: line(s) {rows}: an ok trial without a positive micro_batch, accumulation, "
+                          f"peak_memory_gib or samples_per_s (a file cut short?){fix}")
+    return table
+
+
 def _settings_from_run_dir(run_dir: Path) -> dict:
     """Settings of a run directory made before the run stored them in its study."""
     best = run_dir / "best.yaml"
     if not best.is_file():
         raise ReviewError(f"{run_dir}: its study has no autotune settings and there is no best.yaml to read them "
                           "from; rerun the tuning command (it resumes the study and stores them)")
-    tuned = yaml.safe_load(best.read_text())
+    try:
+        tuned = yaml.safe_load(best.read_bytes().decode())
+        int(tuned["global_batch"]), float(tuned["budget_gib"]), tuned["objective"]  # noqa: B018 (checked here)
+    except (yaml.YAMLError, UnicodeDecodeError, KeyError, TypeError, ValueError) as e:
+        raise ReviewError(f"{best}: not an autotune best.yaml ({type(e).__name__}: {e}); use the best.yaml the run "
+                          "wrote, or review its study.db") from None
     budgets = sorted(float(m.group(1)) for p in run_dir.glob("best-*GiB.yaml")
                      if (m := re.fullmatch(r"best-([\d.]+)GiB\.yaml", p.name)))
     if budgets and float(tuned["budget_gib"]) in budgets:  # the primary budget first, as the run had it
@@ -129,7 +156,7 @@ def open_reviewed(path: str, study_name: Optional[str] = None) -> Reviewed:
         table, name, source = trials_table(study), study.study_name, str(run_dir / "study.db")
         settings = study.user_attrs.get(SETTINGS_ATTR) or _settings_from_run_dir(run_dir)
     elif run_dir is not None and (run_dir / "trials.csv").is_file():
-        table, name, source = pd.read_csv(run_dir / "trials.csv"), None, str(run_dir / "trials.csv")
+        table, name, source = _read_trials_csv(run_dir / "trials.csv"), None, str(run_dir / "trials.csv")
         table = table.drop(columns=[c for c in table.columns if c.startswith("fits_")], errors="ignore")
         for col, default in (("offload", False), ("allocator", "default")):  # runs before those dimensions
             table[col] = table[col].fillna(default) if col in table else default

@@ -7,6 +7,8 @@ so that ``micro_batch * accumulation == global_batch`` always holds. ``offload``
 """
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional
@@ -43,7 +45,9 @@ class SearchSpace:
 
 
 def divisors(n: int) -> List[int]:
-    return [d for d in range(1, n + 1) if n % d == 0] if n > 0 else []
+    """The divisors of ``n`` in order, in O(sqrt(n)) (a global batch of 10^8 is answered at once)."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0] if n > 0 else []
+    return sorted(set(small + [n // d for d in small]))
 
 
 def space_path(path: str) -> Path:

@@ -20,6 +20,8 @@ from typing import Optional
 
 import optuna
 
+from autotune.safe_write import replacing
+
 
 class StorageError(RuntimeError):
     """The study storage cannot be used; the message names it and what to do."""
@@ -117,16 +119,92 @@ def make_storage(url: str):
     return _rdb_storage(url)
 
 
+# A PostgreSQL server that accepts the connection and then never answers would hang the
+# driver forever: libpq's connect timeout bounds the connection (handshake included),
+# tcp_user_timeout and keepalives a connection whose server went silent later, and a
+# statement timeout a statement stuck behind a lock.
+PG_CONNECT_TIMEOUT_S = 15
+PG_STATEMENT_TIMEOUT_S = 120
+_PG_CONNECT_ARGS = {"connect_timeout": PG_CONNECT_TIMEOUT_S, "tcp_user_timeout": PG_STATEMENT_TIMEOUT_S * 1000,
+                    "keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10, "keepalives_count": 3,
+                    "options": f"-c statement_timeout={PG_STATEMENT_TIMEOUT_S * 1000}"}
+
+
+def _engine_kwargs(url: str) -> dict:
+    if not url.startswith(("postgresql", "postgres:")):
+        return {}
+    from urllib.parse import parse_qs, urlsplit
+
+    given = parse_qs(urlsplit(url).query)  # what the URL sets itself wins
+    return {"connect_args": {k: v for k, v in _PG_CONNECT_ARGS.items() if k not in given}}
+
+
+def _failure(url: str, e: Exception, what: str = "cannot be opened") -> StorageError:
+    """One message for a storage that failed, naming a timeout as such."""
+    text = str(e).lower()
+    if any(w in text for w in ("timeout", "timed out", "canceling statement")):
+        what = (f"no answer within {PG_CONNECT_TIMEOUT_S} s (connect) or {PG_STATEMENT_TIMEOUT_S} s (statement): is "
+                "the database server up and reachable at that address?")
+    return StorageError(f"storage {redact(url)}: {what} ({type(e).__name__}: {redact(str(e), url)})")
+
+
 def _rdb_storage(url: str, attempts: int = 5):
     """An RDB storage; retried when another driver was creating the same schema meanwhile."""
     for attempt in range(attempts):
         try:
-            return optuna.storages.RDBStorage(url)
+            return optuna.storages.RDBStorage(url, engine_kwargs=_engine_kwargs(url))
         except Exception as e:  # sqlalchemy IntegrityError / OperationalError from a concurrent creator
-            if attempt == attempts - 1 or type(e).__name__ not in ("IntegrityError", "OperationalError"):
-                raise StorageError(f"storage {redact(url)}: cannot be opened ({type(e).__name__}: "
-                                   f"{redact(str(e), url)})") from None
+            failure = _failure(url, e)
+            if ("no answer" in str(failure) or attempt == attempts - 1
+                    or type(e).__name__ not in ("IntegrityError", "OperationalError")):
+                raise failure from None
             time.sleep(0.2 * (attempt + 1))
+
+
+_OPTUNA_TABLES = {"studies", "trials", "version_info"}
+
+
+def open_read_only(url: str):
+    """The storage at ``url`` for reading, or StorageError: nothing is created or written,
+    neither in it nor beside it (no tables, no lock file, no missing file made)."""
+    path = sqlite_path(url)
+    if path is not None:
+        if not path.is_file():
+            raise StorageError(f"{path}: no such file")
+        check_sqlite(path)
+        with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if not _OPTUNA_TABLES <= tables:
+            raise StorageError(f"{path}: an SQLite file that holds no study (none of autotune's tables); it was "
+                               "left untouched")
+        return optuna.storages.RDBStorage(f"sqlite:///file:{path}?mode=ro&uri=true", skip_table_creation=True)
+    path = journal_path(url)
+    if path is not None:
+        if not path.is_file():
+            raise StorageError(f"{path}: no such journal file")
+        check_journal(path)
+        # Optuna's journal reader takes a lock file beside the journal; it reads a private copy.
+        import atexit
+        import shutil
+        import tempfile
+
+        folder = tempfile.mkdtemp(prefix="autotune-read-")
+        atexit.register(shutil.rmtree, folder, True)
+        copy = Path(folder) / path.name
+        shutil.copyfile(path, copy)
+        return optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(copy)))
+    import sqlalchemy
+
+    engine = sqlalchemy.create_engine(url, **_engine_kwargs(url))
+    try:
+        tables = set(sqlalchemy.inspect(engine).get_table_names())
+    except Exception as e:
+        raise _failure(url, e, "cannot be read") from None
+    finally:
+        engine.dispose()
+    if not _OPTUNA_TABLES <= tables:
+        raise StorageError(f"storage {redact(url)}: holds no study (none of autotune's tables); nothing was written")
+    return optuna.storages.RDBStorage(url, engine_kwargs=_engine_kwargs(url), skip_table_creation=True)
 
 
 def check_journal(path: Path) -> None:
@@ -198,6 +276,6 @@ def check_setup(study: optuna.Study, setup: dict, url: str) -> None:
 
 def snapshot(study: optuna.Study, path: Path) -> None:
     """Copy the study into its own SQLite file (the run directory's record of it)."""
-    path.unlink(missing_ok=True)
-    optuna.copy_study(from_study_name=study.study_name, from_storage=study._storage,
-                      to_storage=f"sqlite:///{path.resolve()}")
+    with replacing(path) as tmp:
+        optuna.copy_study(from_study_name=study.study_name, from_storage=study._storage,
+                          to_storage=f"sqlite:///{tmp.resolve()}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import shlex
 import signal
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from autotune.device import environment
 from autotune.profile import profile_best
 from autotune.workers import start_workers, stop_workers, wait_workers
 from autotune.runner import ForkServerError
+from autotune.safe_write import signals_deferred
 from autotune.review import record_settings, scored_for_report
 from autotune.storage import StorageError, default_storage, open_study, redact, snapshot
 
@@ -86,7 +88,8 @@ def tune(cfg: DictConfig, run_dir: Path, overrides=(), hydra_overrides=()) -> in
         return 2
     _describe(plan)
     storage = plan.storage or default_storage(Path.cwd())
-    command = redact(" ".join(["python -m autotune", *overrides]), storage)  # into logs, report, best.yaml
+    # Into logs, report and best.yaml: each override quoted so that the line pastes into a shell.
+    command = redact(" ".join(["python -m autotune", *map(shlex.quote, overrides)]), storage)
     log.info(f"study '{plan.study_name}' in {redact(storage)}")
     interrupted = False
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)  # SIGTERM cleans up like Ctrl-C
@@ -112,26 +115,32 @@ def tune(cfg: DictConfig, run_dir: Path, overrides=(), hydra_overrides=()) -> in
             "memory_cap_gib": plan.memory_cap_gib, "objective": plan.objective,
             "torch": torch.__version__ + (f", CUDA {torch.version.cuda}" if torch.version.cuda else ""),
             "command": command, "reductions": plan.reductions, **environment(plan.device)}
-    # What `python -m autotune.report` / `.show` need to score the study again, kept with it.
-    record_settings(study, plan.global_batch, plan.budgets, plan.roi, plan.objective, meta)
-    snapshot(study, run_dir / "study.db")
-    table = trials_table(study)
-    if table.empty:
-        log.error("no trial finished")
-        return 130 if interrupted else 1
-    results = per_budget(table, plan.global_batch, plan.budgets, plan.roi, plan.objective)
-    primary = results[0]
-    scored, best, baseline = scored_for_report(results), primary.best, primary.baseline
-    files = write_outputs(run_dir, plan, results, command)
+    # A stop signal while the outputs are written waits for them (safe_write): they end whole.
+    with signals_deferred() as stops:
+        # What `python -m autotune.report` / `.show` need to score the study again, kept with it.
+        record_settings(study, plan.global_batch, plan.budgets, plan.roi, plan.objective, meta)
+        snapshot(study, run_dir / "study.db")
+        table = trials_table(study)
+        if table.empty:
+            log.error("no trial finished")
+            return 130 if interrupted or stops else 1
+        results = per_budget(table, plan.global_batch, plan.budgets, plan.roi, plan.objective)
+        primary = results[0]
+        scored, best, baseline = scored_for_report(results), primary.best, primary.baseline
+        files = write_outputs(run_dir, plan, results, command)
+    interrupted = interrupted or bool(stops)
     if plan.profile and primary.best is not None and not interrupted:
         trace = profile_best(plan, scored.loc[primary.best], run_dir)
         if trace is not None:
             meta["profile"] = str(trace.relative_to(run_dir))
-    report = write_report(run_dir, scored, best, baseline, meta, budgets_table(results) if len(results) > 1 else None)
-    log.info(summary(scored, best, plan.objective))
-    if len(results) > 1:
-        log.info(budgets_summary(results))
-    log.info(f"outputs: {run_dir}  (report: {report.name}, tuned config: {', '.join(files) or 'none'})")
+    with signals_deferred() as stops:
+        report = write_report(run_dir, scored, best, baseline, meta,
+                              budgets_table(results) if len(results) > 1 else None)
+        log.info(summary(scored, best, plan.objective))
+        if len(results) > 1:
+            log.info(budgets_summary(results))
+        log.info(f"outputs: {run_dir}  (report: {report.name}, tuned config: {', '.join(files) or 'none'})")
+    interrupted = interrupted or bool(stops)
     if interrupted:
         log.info(f"interrupted: the outputs cover the trials that finished. Run the same command again to "
                  f"resume study '{plan.study_name}'")

@@ -27,8 +27,8 @@ import torch
 import yaml
 
 from autotune.exporters import hf_training_args, lightning_trainer_kwargs
-from autotune.strategy import (Strategy, allocator_env, apply_checkpointing, autocast_context, forward_context,
-                               make_scaler, offload_context)
+from autotune.strategy import (Strategy, allocator_env, apply_checkpointing, autocast_context, checkpoint_fraction,
+                               forward_context, make_scaler, offload_context)
 from autotune.workload import find_blocks
 
 
@@ -161,11 +161,29 @@ def load_tuned(path) -> Tuned:
 def tuned_from_dict(data, source: str = "the tuned config") -> Tuned:
     """A ``Tuned`` from best.yaml's content as a mapping: how a Hydra app that composes
     best.yaml as a config group gets it (``tuned_from_dict(OmegaConf.to_container(cfg.tuned))``)."""
+    if not isinstance(data, dict) or not isinstance(data.get("strategy"), dict):
+        raise ValueError(f"{source}: not an autotune best.yaml (no strategy mapping); pass the best.yaml a run wrote")
+    s = data["strategy"]
+
+    def bad(key, why):
+        return ValueError(f"{source}: strategy.{key}={s.get(key)!r}: {why}; correct it or use the best.yaml "
+                          "the run wrote")
+
+    for key in ("micro_batch", "accumulation"):  # 4.7 is not 4, and "4" is not a number
+        if isinstance(s.get(key), bool) or not isinstance(s.get(key), int) or s[key] < 1:
+            raise bad(key, "must be a whole number >= 1")
+    for key in ("offload",):  # "false" is a string, which Python would read as true
+        if not isinstance(s.get(key, False), bool):
+            raise bad(key, "must be true or false (unquoted)")
+    if s.get("precision") not in ("fp32", "bf16", "fp16"):
+        raise bad("precision", "must be fp32, bf16 or fp16")
+    if s.get("allocator", "default") not in ("default", "expandable"):
+        raise bad("allocator", "must be default or expandable")
     try:
-        s = data["strategy"]
         strategy = Strategy(checkpointing=str(s["checkpointing"]), precision=s["precision"],
-                            micro_batch=int(s["micro_batch"]), accumulation=int(s["accumulation"]),
-                            offload=bool(s.get("offload", False)), allocator=s.get("allocator", "default"))
+                            micro_batch=s["micro_batch"], accumulation=s["accumulation"],
+                            offload=s.get("offload", False), allocator=s.get("allocator", "default"))
+        checkpoint_fraction(strategy.checkpointing)
     except (KeyError, TypeError, ValueError) as e:
         raise ValueError(f"{source}: not a readable autotune best.yaml ({type(e).__name__}: {e})") from None
     return Tuned(strategy=strategy, device_type=(data.get("device") or {}).get("kind", "cuda"),

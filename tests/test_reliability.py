@@ -312,3 +312,31 @@ def test_a_configuration_cut_short_twice_is_retried_again_and_given_up_only_afte
     assert gave_up.returncode == 1, out
     assert "cut short 3 times by a stopping driver and are given up" in out and "trial 2" in out
     assert [t.user_attrs.get("status") for t in study_trials(db2)] == ["crash"] * 3  # not run a fourth time
+
+
+@pytest.mark.parametrize("first", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_while_the_outputs_are_written_ends_with_all_of_them_whole(tmp_path, first):
+    """Issue 13 item 7: signals that arrive once the run has begun writing its outputs (its
+    study snapshot is the first) wait for them; the run ends with every output whole, the
+    note and exit code 130, no traceback."""
+    run = tmp_path / "run"
+    proc = subprocess.Popen(cli_command(run, *faulty(tmp_path, "model.config.step_sleep=0.2")), cwd=ROOT,
+                            env=trial_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 300
+    while proc.poll() is None and time.time() < deadline:
+        if run.is_dir() and any(p.name in ("study.db", ".partial-study.db") for p in run.iterdir()):
+            break
+        time.sleep(0.005)
+    assert proc.poll() is None, "the run ended before it was signalled"
+    for sig in (first, signal.SIGINT, signal.SIGTERM):  # and the impatient user's second and third
+        proc.send_signal(sig)
+        time.sleep(0.05)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130, out
+    assert "Traceback" not in out and "interrupted: the outputs cover the trials that finished" in out, out
+    trials = pd.read_csv(run / "trials.csv")
+    assert len(trials) == 6 and set(trials["status"]) == {"ok"}  # every configuration of the space, whole
+    assert (run / "pareto.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and (run / "pareto.png").stat().st_size > 5000
+    assert (run / "report.html").read_text().rstrip().endswith("</html>")
+    assert yaml.safe_load((run / "best.yaml").read_text())["strategy"]["micro_batch"] in (1, 2, 4)
+    assert not [p.name for p in run.iterdir() if p.name.startswith(".partial-")]

@@ -146,3 +146,60 @@ def test_profile_traces_the_best_configuration_in_a_run_of_its_own(tmp_path):
     best = yaml.safe_load((run_dir / "best.yaml").read_text())["strategy"]
     spec = json.loads((run_dir / "profile" / "trial" / "spec.json").read_text())
     assert spec["strategy"]["micro_batch"] == best["micro_batch"]
+
+
+HOSTILE = ("</code></p><script>window.__ran=(window.__ran||0)+1</script>"
+           "<img src=x onerror=\"window.__ran=(window.__ran||0)+1\"><b onmouseover=alert(1)>")
+
+
+def test_hostile_values_read_back_never_run_in_the_rebuilt_report(run, tmp_path):
+    """Issue 13 item 4: hostile strings through every field the report reads back (the study's
+    settings, best.yaml, trials.csv, the model's name) are shown as text in Chromium, never run,
+    and the profile link takes no javascript: URL."""
+    import optuna
+
+    from autotune.review import SETTINGS_ATTR
+    from tests.browser import chromium, visit
+
+    if chromium() is None:
+        if os.environ.get("CI"):
+            pytest.fail("chromium is missing: .ci/run installs it (apt-get install chromium)")
+        pytest.skip("chromium is not installed here (apt-get install chromium); CI installs it")
+    # 1. A study whose stored settings were tampered with.
+    study_copy = tmp_path / "study"
+    shutil.copytree(run, study_copy)
+    url = f"sqlite:///{study_copy / 'study.db'}"
+    (name,) = optuna.get_all_study_names(url)
+    study = optuna.load_study(study_name=name, storage=url)
+    settings = study.user_attrs[SETTINGS_ATTR]
+    meta = settings["meta"]
+    for key in ("model", "device_name", "seq_len", "command", "torch", "driver", "python", "budget_gib",
+                "memory_cap_gib"):
+        meta[key] = HOSTILE
+    meta["reductions"] = [HOSTILE]
+    meta["profile"] = "javascript:window.__ran=1"
+    study.set_user_attr(SETTINGS_ATTR, settings)
+    # 2. A run directory without a study: best.yaml and trials.csv are read back.
+    files_copy = tmp_path / "files"
+    shutil.copytree(run, files_copy)
+    (files_copy / "study.db").unlink()
+    best = yaml.safe_load((files_copy / "best.yaml").read_text())
+    best["model"]["name"], best["model"]["seq_len"], best["device"]["name"] = HOSTILE, HOSTILE, HOSTILE
+    best["command"] = HOSTILE
+    (files_copy / "best.yaml").write_text(yaml.safe_dump(best))
+    trials = pd.read_csv(files_copy / "trials.csv")
+    trials["cause"] = trials["cause"].astype(object)
+    trials.loc[trials.index[0], "cause"] = HOSTILE
+    trials.loc[trials.index[-1], "status"] = "skipped"  # its cause is listed in the notes
+    trials.loc[trials.index[-1], "cause"] = HOSTILE
+    trials.to_csv(files_copy / "trials.csv", index=False)
+    probe = """({ran: window.__ran || 0, text: document.body.textContent,
+                 hrefs: Array.from(document.querySelectorAll('a')).map(a => a.getAttribute('href'))})"""
+    for source in (study_copy, files_copy):
+        out = cli("autotune.report", source, "--out", tmp_path / f"page-{source.name}")
+        assert out.returncode == 0, out.stdout + out.stderr
+        seen = visit(tmp_path / f"page-{source.name}" / "report.html", probe)
+        assert seen.value["ran"] == 0, source
+        assert "window.__ran=(window.__ran||0)+1" in seen.value["text"], source  # shown, as text
+        assert not [h for h in seen.value["hrefs"] if h and not h.startswith("#") and ":" in h], seen.value["hrefs"]
+        assert seen.errors == [], seen.errors

@@ -104,3 +104,65 @@ def test_a_password_reaches_no_output_no_argv_and_no_hydra_file(tmp_path):
             assert password not in r.stdout + r.stderr
         for path in every_file(tmp_path / f"rebuilt-{form}"):
             assert password.encode() not in path.read_bytes(), path
+
+
+def _snapshot(folder: Path) -> dict:
+    return {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in folder.iterdir()}
+
+
+def test_show_and_report_write_nothing_into_or_beside_what_they_read(tmp_path):
+    """Item 5: a foreign SQLite file, an empty file, missing paths, a study not made by
+    autotune (SQLite and journal): each refused with a message, each left as it was."""
+    import sqlite3
+
+    folder = tmp_path / "data"
+    folder.mkdir()
+    with sqlite3.connect(folder / "foreign.db") as conn:
+        conn.execute("CREATE TABLE notes (x TEXT)")
+    (folder / "empty.db").write_bytes(b"")
+    plain = optuna.create_study(study_name="plain", storage=f"sqlite:///{folder / 'plain.db'}")
+    plain.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=2)
+    journal = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(folder / "plain.log")))
+    optuna.create_study(study_name="plain", storage=journal).optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=2)
+    before = _snapshot(folder)
+    cases = {str(folder / "foreign.db"): "holds no study", str(folder / "empty.db"): "holds no study",
+             f"sqlite:///{tmp_path / 'missing' / 'x.db'}": "no such file",
+             f"journal:{tmp_path / 'missing' / 'x.log'}": "no such journal file",
+             str(folder / "plain.db"): "settings", str(folder / "plain.log"): "settings"}
+    for path, message in cases.items():
+        for reader in ("autotune.show", "autotune.report"):
+            r = subprocess.run([sys.executable, "-m", reader, path], cwd=ROOT, env=trial_env(), capture_output=True,
+                               text=True, timeout=120)
+            assert r.returncode == 2 and message in r.stderr, (reader, path, r.stdout + r.stderr)
+            assert "Traceback" not in r.stderr
+    assert _snapshot(folder) == before  # not a byte, not a lock file, not a table
+    assert not (tmp_path / "missing").exists()
+
+
+def test_a_database_server_that_never_answers_ends_the_run_with_a_message(tmp_path):
+    """Item 6: a TCP listener on loopback that accepts and stays silent."""
+    import socket
+    import threading
+
+    from autotune.storage import PG_CONNECT_TIMEOUT_S
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    port = listener.getsockname()[1]
+    held = []
+    threading.Thread(target=lambda: [held.append(listener.accept()) for _ in range(16)], daemon=True).start()
+    url = f"postgresql://tuner:hunter2-long@127.0.0.1:{port}/studies"
+    commands = [cli_command(tmp_path / "run", *faulty(tmp_path, f"storage={url}")),
+                [sys.executable, "-m", "autotune.show", url]]
+    for command in commands:
+        start = time.monotonic()
+        r = subprocess.run(command, cwd=ROOT, env=trial_env(), capture_output=True, text=True, timeout=300)
+        took = time.monotonic() - start
+        out = r.stdout + r.stderr
+        assert r.returncode == 2, out
+        assert f"no answer within {PG_CONNECT_TIMEOUT_S} s" in out and "Traceback" not in out, out
+        assert took < PG_CONNECT_TIMEOUT_S * 3, took  # one attempt, not a retry loop
+        assert "hunter2-long" not in out
+    assert held  # the driver did connect, and was left waiting
+    listener.close()
