@@ -55,6 +55,20 @@ def space_path(path: str) -> Path:
     return p if p.is_absolute() else PROJECT_ROOT / p
 
 
+class _StrictLoader(yaml.SafeLoader):
+    """YAML's safe loader, except that a key given twice in one mapping is an error (the
+    plain loader keeps the last silently, so a space file could say two things at once)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(None, None, f"duplicate key '{key}'", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
 def load_space(path: str, problems: List[str]) -> Optional[SearchSpace]:
     """Read and check a space file; append every problem found to ``problems``."""
     file = space_path(path)
@@ -63,7 +77,10 @@ def load_space(path: str, problems: List[str]) -> Optional[SearchSpace]:
         problems.append(f"{key}={path}: no such file ({file}); use a file under search_spaces/, e.g. search_spaces/default.yaml")
         return None
     try:
-        data = yaml.safe_load(file.read_text()) or {}
+        data = yaml.load(file.read_bytes().decode("utf-8"), Loader=_StrictLoader) or {}
+    except UnicodeDecodeError as e:
+        problems.append(f"{key}={path}: not UTF-8 text ({e}); save the file as UTF-8")
+        return None
     except yaml.YAMLError as e:
         problems.append(f"{key}={path}: not valid YAML ({e}); fix the file")
         return None
@@ -81,7 +98,7 @@ def load_space(path: str, problems: List[str]) -> Optional[SearchSpace]:
         bad = [v for v in vals if type(v) is not type(allowed[0]) or v not in allowed]
         if bad:
             problems.append(f"{file.name}: {name} has unknown value(s) {bad}; use values from {list(allowed)}")
-        return tuple(v for v in dict.fromkeys(vals) if v not in bad)
+        return tuple(dict.fromkeys(v for v in vals if v not in bad))  # bad ones may be unhashable (lists)
 
     ckpt: tuple = ()
     raw = data.get("checkpointing")

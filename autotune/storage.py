@@ -99,6 +99,15 @@ def journal_path(url: str) -> Optional[Path]:
 
 def make_storage(url: str):
     """The Optuna storage for a URL; refuses an unusable file before anything writes to it."""
+    try:
+        return _make_storage(url)
+    except OSError as e:  # an unwritable or impossible path, a full disk
+        raise StorageError(f"storage {redact(url)}: cannot be created or opened there ({e.strerror or e}: "
+                           f"{e.filename or ''}); pass storage=sqlite:///PATH or storage=journal:PATH with a "
+                           "writable folder") from None
+
+
+def _make_storage(url: str):
     path = sqlite_path(url)
     if path is not None:
         check_sqlite(path)
@@ -276,6 +285,10 @@ def check_setup(study: optuna.Study, setup: dict, url: str) -> None:
 
 def snapshot(study: optuna.Study, path: Path) -> None:
     """Copy the study into its own SQLite file (the run directory's record of it)."""
-    with replacing(path) as tmp:
-        optuna.copy_study(from_study_name=study.study_name, from_storage=study._storage,
-                          to_storage=f"sqlite:///{tmp.resolve()}")
+    try:
+        with replacing(path) as tmp:
+            optuna.copy_study(from_study_name=study.study_name, from_storage=study._storage,
+                              to_storage=f"sqlite:///{tmp.resolve()}")
+    except Exception as e:  # a full disk or a read-only folder (SQLAlchemy's errors or OSError)
+        raise StorageError(f"cannot write the study's snapshot {path} ({type(e).__name__}: "
+                           f"{str(e).splitlines()[0]}); free space or make the folder writable") from None

@@ -89,7 +89,11 @@ def tune(cfg: DictConfig, run_dir: Path, overrides=(), hydra_overrides=()) -> in
     _describe(plan)
     storage = plan.storage or default_storage(Path.cwd())
     # Into logs, report and best.yaml: each override quoted so that the line pastes into a shell.
-    command = redact(" ".join(["python -m autotune", *map(shlex.quote, overrides)]), storage)
+    # Hydra's own settings that change what is composed (a search path) are part of it; where
+    # the outputs go is not.
+    composed = [o for o in hydra_overrides if o.split("=", 1)[0].lstrip("+~") not in
+                ("hydra.run.dir", "hydra.sweep.dir", "hydra.output_subdir")]
+    command = redact(" ".join(["python -m autotune", *map(shlex.quote, [*composed, *overrides])]), storage)
     log.info(f"study '{plan.study_name}' in {redact(storage)}")
     interrupted = False
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)  # SIGTERM cleans up like Ctrl-C
@@ -115,6 +119,17 @@ def tune(cfg: DictConfig, run_dir: Path, overrides=(), hydra_overrides=()) -> in
             "memory_cap_gib": plan.memory_cap_gib, "objective": plan.objective,
             "torch": torch.__version__ + (f", CUDA {torch.version.cuda}" if torch.version.cuda else ""),
             "command": command, "reductions": plan.reductions, **environment(plan.device)}
+    try:
+        return _write_outputs(plan, study, run_dir, storage, meta, command, interrupted)
+    except (StorageError, OSError) as e:  # a full disk, a folder made read-only meanwhile
+        log.error(f"the outputs could not be written in {run_dir}: {e}. The study is intact in {redact(storage)}; "
+                  f"once the cause is fixed, the same command resumes it and writes them all (python -m "
+                  f"autotune.report STORAGE_URL --study '{plan.study_name}' --out DIR rebuilds the report alone)")
+        return 1
+
+
+def _write_outputs(plan: Plan, study, run_dir: Path, storage: str, meta: dict, command: str,
+                   interrupted: bool) -> int:
     # A stop signal while the outputs are written waits for them (safe_write): they end whole.
     with signals_deferred() as stops:
         # What `python -m autotune.report` / `.show` need to score the study again, kept with it.

@@ -104,3 +104,55 @@ def test_search_settings_are_checked_and_a_search_group_picks_the_strategy():
     assert "search.n_trials=0: must be >= 1" in text and "search.timeout=-5: must be > 0 seconds" in text
     with pytest.raises(ConfigCompositionException, match="search/annealing"):
         plan_for("device=cpu", "search=annealing")
+
+
+NONSENSE = [  # issue 13, "accepted nonsense": each refused before anything runs, naming key and fix
+    ("budget_gib=nan", "budget_gib=nan: not a finite number of GiB; e.g. budget_gib=24"),
+    ("roi.memory_price_per_gib_hour=nan", "roi.memory_price_per_gib_hour=nan: a price must be a finite number"),
+    ("roi.compute_price_per_hour=inf", "roi.compute_price_per_hour=inf: a price must be a finite number"),
+    ("roi.workload_samples=nan", "roi.workload_samples=nan: must be a finite number > 0"),
+    ("trial.timeout_s=nan", "trial.timeout_s=nan: must be > 0 seconds"),
+    ("search.timeout=nan", "search.timeout=nan: must be > 0 seconds"),
+    ("trial.lr=-1", "trial.lr=-1.0: a learning rate must be a finite number > 0; e.g. trial.lr=1e-4"),
+    ("trial.seed=-1", "trial.seed=-1: a seed must be in [0, 2^32 - 1]"),
+    ("seq_len=100000000000", "seq_len=100000000000: above the model's max_position_embeddings=512"),
+    ("global_batch=100000000", "global_batch=100000000: even micro_batch=64 needs 1562500 accumulated"),
+    ("workers=100000", "workers=100000: this machine has"),
+]
+
+
+@pytest.mark.parametrize("override,message", NONSENSE, ids=[o for o, _ in NONSENSE])
+def test_nonsense_values_are_refused_naming_the_key_and_the_fix(override, message):
+    import time
+
+    start = time.monotonic()
+    with pytest.raises(ConfigError) as e:
+        plan_for("device=cpu", override)
+    assert message in str(e.value)
+    assert time.monotonic() - start < 30  # global_batch=10^8 once took 80 s here
+
+
+def test_a_sequence_no_device_could_hold_is_refused_with_the_memory_it_needs():
+    # Without a position limit, the floor is one layer's activations of the smallest micro-batch.
+    with pytest.raises(ConfigError) as e:
+        plan_for("device=cpu", "model.config.max_position_embeddings=null", "seq_len=100000000000",
+                 "cpu_reduce=false")
+    assert "GiB for one layer's activations alone, above this device's" in str(e.value)
+
+
+@pytest.mark.parametrize("content,message", [
+    (b"checkpointing: [none]\nprecision: [[fp32], bf16]\nmicro_batch: {min: 1, max: 4}\n",
+     "precision has unknown value(s) [['fp32']]"),
+    (b"checkpointing: [none, [full]]\nprecision: [fp32]\nmicro_batch: {min: 1, max: 4}\n",
+     "checkpointing value ['full'] is neither none, full nor a fraction"),
+    (b"checkpointing: [none]\nprecision: [fp32]\nprecision: [bf16]\nmicro_batch: {min: 1, max: 4}\n",
+     "duplicate key 'precision'"),
+    (b"checkpointing: [none]\nprecision: [fp32\xff]\nmicro_batch: {min: 1, max: 4}\n",
+     "not UTF-8 text"),
+], ids=["nested-precision", "nested-checkpointing", "duplicate-key", "not-utf8"])
+def test_a_broken_space_file_is_one_clear_error(tmp_path, content, message):
+    path = tmp_path / "space.yaml"
+    path.write_bytes(content)
+    with pytest.raises(ConfigError) as e:
+        plan_for("device=cpu", f"search_space.path={path}")
+    assert message in str(e.value)

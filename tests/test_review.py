@@ -203,3 +203,45 @@ def test_hostile_values_read_back_never_run_in_the_rebuilt_report(run, tmp_path)
         assert "window.__ran=(window.__ran||0)+1" in seen.value["text"], source  # shown, as text
         assert not [h for h in seen.value["hrefs"] if h and not h.startswith("#") and ":" in h], seen.value["hrefs"]
         assert seen.errors == [], seen.errors
+
+
+@pytest.mark.parametrize("key,value,message", [
+    ("micro_batch", 4.7, "strategy.micro_batch=4.7: must be a whole number >= 1"),
+    ("micro_batch", -4, "strategy.micro_batch=-4: must be a whole number >= 1"),
+    ("offload", "false", "strategy.offload='false': must be true or false (unquoted)"),
+    ("precision", "int8", "strategy.precision='int8': must be fp32, bf16 or fp16"),
+    ("checkpointing", 2, "checkpointing='2': use none, full or a fraction"),
+])
+def test_load_tuned_refuses_what_it_would_have_bent(tmp_path, key, value, message):
+    """Issue 13, lax readers: 4.7 was read as 4, -4 exported, "false" read as true."""
+    from autotune import load_tuned
+
+    best = {"strategy": {"checkpointing": "none", "precision": "fp32", "micro_batch": 4, "accumulation": 2,
+                         "offload": False, "allocator": "default"}, "device": {"kind": "cpu"}}
+    best["strategy"][key] = value
+    path = tmp_path / "best.yaml"
+    path.write_text(yaml.safe_dump(best))
+    with pytest.raises(ValueError) as e:
+        load_tuned(path)
+    assert str(path) in str(e.value) and message in str(e.value)
+
+
+def test_show_and_report_refuse_a_cut_short_empty_or_garbage_trials_csv(run, tmp_path):
+    """Issue 13, lax readers: a truncated row was scored as ok (the best changed); empty,
+    garbage and short files raised raw tracebacks."""
+    text = (run / "trials.csv").read_text()
+    lines = text.splitlines()
+    cases = {"cut": "\n".join(lines[:-1] + [lines[-1][:40]]) + "\n",  # the last row cut mid-line
+             "empty": "", "garbage": "\x00\x01 not, a\ntable\"\n\"", "short": lines[0].split(",")[0] + "\n1\n"}
+    messages = {"cut": "an ok trial without a positive", "empty": "not a trials table",
+                "garbage": "not", "short": "not an autotune trials table"}
+    for name, content in cases.items():
+        copy = tmp_path / name
+        shutil.copytree(run, copy)
+        (copy / "study.db").unlink()
+        (copy / "trials.csv").write_text(content)
+        for module in ("autotune.show", "autotune.report"):
+            out = cli(module, copy)
+            assert out.returncode == 2, (name, module, out.stdout + out.stderr)
+            assert "Traceback" not in out.stderr and str(copy / "trials.csv") in out.stderr, out.stderr
+            assert messages[name] in out.stderr, (name, out.stderr)

@@ -166,3 +166,43 @@ def test_a_database_server_that_never_answers_ends_the_run_with_a_message(tmp_pa
         assert "hunter2-long" not in out
     assert held  # the driver did connect, and was left waiting
     listener.close()
+
+
+def test_nonsense_and_an_impossible_storage_path_end_before_any_trial_without_a_traceback(tmp_path):
+    """Issue 13, "Then": from the command line, every problem at once, exit 2, nothing run."""
+    run = tmp_path / "run"
+    r = subprocess.run(cli_command(run, *faulty(tmp_path, "budget_gib=nan", "trial.seed=-1", "trial.lr=-1",
+                                                "roi.compute_price_per_hour=inf")),
+                       cwd=ROOT, env=trial_env(), capture_output=True, text=True, timeout=300)
+    out = r.stdout + r.stderr
+    assert r.returncode == 2 and "Traceback" not in out, out
+    for key in ("budget_gib=nan", "trial.seed=-1", "trial.lr=-1.0", "roi.compute_price_per_hour=inf"):
+        assert key in out, key
+    assert not (tmp_path / "studies.db").exists()  # no study opened, no trial run
+    r = subprocess.run(cli_command(run, *faulty(tmp_path, "storage=journal:/proc/autotune/studies.log")),
+                       cwd=ROOT, env=trial_env(), capture_output=True, text=True, timeout=300)
+    out = r.stdout + r.stderr
+    assert r.returncode == 2 and "Traceback" not in out, out
+    assert "storage journal:/proc/autotune/studies.log: cannot be created or opened there" in out
+
+
+def test_the_reproduce_command_pastes_into_a_shell_and_a_dollar_name_draws(tmp_path):
+    """Issue 13, "Then": a study name that needs quoting and a model name with $...$ (which
+    matplotlib would read as mathtext): the run writes every output, and its command, pasted
+    into bash, resumes the same study."""
+    import yaml
+
+    run = tmp_path / "run"
+    args = faulty(tmp_path, "study_name='my study, v1'", "model.name='$x^$ & co'", "global_batch=2",
+                  space=space_file(tmp_path, checkpointing="[none]", lo=1, hi=2))
+    r = subprocess.run(cli_command(run, *args), cwd=ROOT, env=trial_env(), capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (run / "pareto.png").stat().st_size > 5000 and "$x^$ &amp; co" in (run / "report.html").read_text()
+    command = yaml.safe_load((run / "best.yaml").read_text())["command"]
+    assert command.startswith("python -m autotune ")
+    pasted = command.replace("python -m autotune", f"{sys.executable} -m autotune", 1)
+    again = subprocess.run(["bash", "-c", pasted], cwd=ROOT, env=trial_env(), capture_output=True, text=True,
+                           timeout=300)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "resuming study 'my study, v1'" in again.stdout and "0 new configuration(s)" in again.stdout, again.stdout
