@@ -22,7 +22,7 @@ import pandas as pd
 import yaml
 
 from autotune.budgets import BudgetResult, budget_label, per_budget
-from autotune.storage import StorageError, open_read_only, redact
+from autotune.storage import StorageError, check_readable, open_read_only, redact
 from autotune.table import trials_table
 
 SETTINGS_ATTR = "autotune"
@@ -83,7 +83,9 @@ def _load_study(url: str, study_name: Optional[str]) -> optuna.Study:
         study_name = names[0]
     elif study_name not in names:
         raise ReviewError(f"--study {study_name}: not in {redact(url)}; it holds: {', '.join(sorted(names))}")
-    return optuna.load_study(study_name=study_name, storage=storage)
+    study = optuna.load_study(study_name=study_name, storage=storage)
+    check_readable(study, url)
+    return study
 
 
 def _default_roi() -> dict:

@@ -254,7 +254,22 @@ def open_study(name: str, url: str, sampler: Optional[optuna.samplers.BaseSample
     if len(study.directions) != len(DIRECTIONS):
         raise StorageError(f"study '{name}' in {redact(url)} was made by an older autotune with "
                            f"{len(study.directions)} objective(s); pass study_name=NEW_NAME to start a new one")
+    check_readable(study, url)
     return study
+
+
+def check_readable(study: optuna.Study, url: str) -> None:
+    """Read the whole study once, so that a storage changed behind Optuna's back (a trial state
+    it does not know, an attribute that is not JSON) is one message now, not a traceback later."""
+    try:
+        study.user_attrs  # noqa: B018 (read for its errors)
+        for trial in study.get_trials(deepcopy=False):
+            trial.user_attrs  # noqa: B018
+    except Exception as e:
+        raise StorageError(f"study '{study.study_name}' in {redact(url)} is corrupt ({type(e).__name__}: "
+                           f"{redact(str(e).splitlines()[0], url)}); it was left as it is: pass study_name=NEW_NAME "
+                           "or another storage= to measure again, or restore the study from a run's study.db "
+                           "snapshot") from None
 
 
 SETUP_ATTR = "autotune_setup"  # the study's record of what it measures

@@ -12,6 +12,7 @@ import optuna
 import torch
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
+from sqlalchemy.exc import SQLAlchemyError
 
 from autotune.claims import MAX_CUTS, given_up, params_of
 from autotune.driver import IsolationError, ModelBuildError, run_study
@@ -107,6 +108,20 @@ def tune(cfg: DictConfig, run_dir: Path, overrides=(), hydra_overrides=()) -> in
     except (StorageError, ModelBuildError, IsolationError, ForkServerError) as e:
         stop_workers(others)
         log.error(str(e))
+        return 2
+    except (optuna.exceptions.StorageInternalError, SQLAlchemyError) as e:  # deleted, read-only, corrupt meanwhile
+        stop_workers(others)
+        cause = str(e.__cause__ or e).strip().splitlines()[0]
+        log.error(f"storage {redact(storage)} failed during the run ({type(e.__cause__ or e).__name__}: "
+                  f"{redact(cause, storage)}): was it deleted, moved, made read-only or changed by another program? "
+                  f"The trials that finished are in it if it is intact; the same command resumes study "
+                  f"'{plan.study_name}' once it is back (the last snapshot in a run directory, study.db, can be "
+                  "copied back)")
+        return 2
+    except OSError as e:  # the run directory filled up or became unwritable
+        stop_workers(others)
+        log.error(f"cannot write {e.filename or run_dir} ({e.strerror or e}): free space or make it writable; the "
+                  f"trials that finished are in study '{plan.study_name}', and the same command resumes it")
         return 2
     except KeyboardInterrupt:
         interrupted = True

@@ -162,7 +162,8 @@ def tuned_from_dict(data, source: str = "the tuned config") -> Tuned:
     """A ``Tuned`` from best.yaml's content as a mapping: how a Hydra app that composes
     best.yaml as a config group gets it (``tuned_from_dict(OmegaConf.to_container(cfg.tuned))``)."""
     if not isinstance(data, dict) or not isinstance(data.get("strategy"), dict):
-        raise ValueError(f"{source}: not an autotune best.yaml (no strategy mapping); pass the best.yaml a run wrote")
+        raise ValueError(f"{source}: not a readable autotune best.yaml (no strategy mapping); pass the best.yaml a "
+                         "run wrote")
     s = data["strategy"]
 
     def bad(key, why):

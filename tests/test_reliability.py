@@ -1,5 +1,6 @@
 """Faults a tuner meets by design, each survived and recorded (CPU, real processes and signals)."""
 import signal
+import sys
 import subprocess
 import time
 
@@ -340,3 +341,64 @@ def test_a_stop_while_the_outputs_are_written_ends_with_all_of_them_whole(tmp_pa
     assert (run / "report.html").read_text().rstrip().endswith("</html>")
     assert yaml.safe_load((run / "best.yaml").read_text())["strategy"]["micro_batch"] in (1, 2, 4)
     assert not [p.name for p in run.iterdir() if p.name.startswith(".partial-")]
+
+
+def test_the_study_database_deleted_mid_run_is_one_message_not_a_traceback(tmp_path):
+    """Issue 13, storage trouble: the SQLite file removed while trials run."""
+    db = tmp_path / "studies.db"
+    proc = subprocess.Popen(cli_command(tmp_path / "run", *faulty(tmp_path, "model.config.step_sleep=0.3",
+                                                                  f"storage=sqlite:///{db}")),
+                            cwd=ROOT, env=trial_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    for line in proc.stdout:  # the first trial's line: the study exists and has a trial in it
+        lines.append(line)
+        if "[  1/6]" in line:
+            db.unlink()
+            break
+    out = "".join(lines) + proc.stdout.read()
+    proc.wait(timeout=300)
+    assert proc.returncode == 2 and "Traceback" not in out, out
+    assert f"storage sqlite:///{db} failed during the run" in out and "the same command resumes" in out, out
+
+
+def test_a_full_disk_under_the_run_directory_is_one_message(tmp_path):
+    """Issue 13, storage trouble: the run directory on a file system too small for its outputs
+    (a 200 KiB tmpfs; needs root and a kernel that lets it mount one)."""
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=200k", "tmpfs", str(mnt)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here (needs root in a privileged container)")
+    try:
+        r = subprocess.run(cli_command(mnt / "run", *faulty(tmp_path, f"storage=sqlite:///{tmp_path / 's.db'}")),
+                           cwd=ROOT, env=trial_env(), capture_output=True, text=True, timeout=300)
+    finally:
+        subprocess.run(["umount", str(mnt)])
+    out = r.stdout + r.stderr
+    assert r.returncode in (1, 2) and "Traceback" not in out, out
+    assert "database or disk is full" in out or "No space left on device" in out, out
+    assert "the same command resumes" in out
+
+
+@pytest.mark.parametrize("corruption", ["unknown trial state", "attribute not JSON"])
+def test_a_study_changed_behind_optunas_back_is_one_message(tmp_path, corruption):
+    """Issue 13, storage trouble: semantic corruption of a study the run resumes and show reads."""
+    import sqlite3
+
+    db = tmp_path / "studies.db"
+    study = optuna.create_study(study_name="s", storage=f"sqlite:///{db}", directions=["maximize", "minimize"])
+    study.set_user_attr("autotune_setup", {"format": 3})
+    study.optimize(lambda t: (t.suggest_float("x", 0, 1), 1.0), n_trials=2)
+    with sqlite3.connect(db) as conn:
+        if corruption == "unknown trial state":
+            conn.execute("UPDATE trials SET state='BOGUS' WHERE number=0")
+        else:
+            conn.execute("UPDATE study_user_attributes SET value_json='{broken' WHERE key='autotune_setup'")
+    run = subprocess.run(cli_command(tmp_path / "run", *faulty(tmp_path, f"storage=sqlite:///{db}", "study_name=s")),
+                         cwd=ROOT, env=trial_env(), capture_output=True, text=True, timeout=300)
+    show = subprocess.run([sys.executable, "-m", "autotune.show", str(db)], cwd=ROOT, env=trial_env(),
+                          capture_output=True, text=True, timeout=300)
+    for r in (run, show):
+        out = r.stdout + r.stderr
+        assert r.returncode == 2 and "Traceback" not in out, out
+        assert str(db) in out and ("BOGUS" in out or "JSONDecodeError" in out), out
+    assert "is corrupt" in run.stdout + run.stderr

@@ -206,3 +206,16 @@ def test_the_reproduce_command_pastes_into_a_shell_and_a_dollar_name_draws(tmp_p
                            timeout=300)
     assert again.returncode == 0, again.stdout + again.stderr
     assert "resuming study 'my study, v1'" in again.stdout and "0 new configuration(s)" in again.stdout, again.stdout
+
+
+def test_every_row_of_the_reliability_table_names_a_test_that_exists():
+    import re
+
+    text = (ROOT / "docs" / "reliability.md").read_text()
+    rows = [line for line in text.splitlines() if line.startswith("| ") and not line.startswith(("| case", "| ---"))]
+    named = re.findall(r"`(test_\w+\.py)::(\w+)`", text)
+    assert len(rows) >= 20 and len(named) >= 20
+    for line in rows:
+        assert "::" in line or "same test" in line, line
+    for module, name in named:
+        assert f"def {name}(" in (ROOT / "tests" / module).read_text(), (module, name)
