@@ -22,7 +22,7 @@ import pandas as pd
 import yaml
 
 from autotune.budgets import BudgetResult, budget_label, per_budget
-from autotune.storage import StorageError, check_readable, open_read_only, redact
+from autotune.storage import StorageError, check_readable, open_read_only, redact, storage_failure
 from autotune.table import trials_table
 
 SETTINGS_ATTR = "autotune"
@@ -73,7 +73,7 @@ def _load_study(url: str, study_name: Optional[str]) -> optuna.Study:
     except StorageError:
         raise
     except Exception as e:
-        raise ReviewError(f"{redact(url)}: not a study storage ({type(e).__name__}: {redact(str(e), url)})") from None
+        raise ReviewError(str(storage_failure(url, e, "not a study storage"))) from None
     if not names:
         raise ReviewError(f"{redact(url)}: holds no study")
     if study_name is None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import os
 import re
 import sqlite3
 import time
@@ -131,12 +132,26 @@ def _make_storage(url: str):
 # A PostgreSQL server that accepts the connection and then never answers would hang the
 # driver forever: libpq's connect timeout bounds the connection (handshake included),
 # tcp_user_timeout and keepalives a connection whose server went silent later, and a
-# statement timeout a statement stuck behind a lock.
+# statement timeout a statement stuck behind a lock. The environment can change both limits
+# (AUTOTUNE_DB_CONNECT_TIMEOUT_S, AUTOTUNE_DB_STATEMENT_TIMEOUT_S), e.g. for a slow link.
 PG_CONNECT_TIMEOUT_S = 15
 PG_STATEMENT_TIMEOUT_S = 120
-_PG_CONNECT_ARGS = {"connect_timeout": PG_CONNECT_TIMEOUT_S, "tcp_user_timeout": PG_STATEMENT_TIMEOUT_S * 1000,
-                    "keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10, "keepalives_count": 3,
-                    "options": f"-c statement_timeout={PG_STATEMENT_TIMEOUT_S * 1000}"}
+
+
+def pg_timeouts() -> tuple:
+    """(connect, statement) seconds: the environment's values where set, else the defaults."""
+    out = []
+    for name, default in (("AUTOTUNE_DB_CONNECT_TIMEOUT_S", PG_CONNECT_TIMEOUT_S),
+                          ("AUTOTUNE_DB_STATEMENT_TIMEOUT_S", PG_STATEMENT_TIMEOUT_S)):
+        raw = os.environ.get(name)
+        try:
+            value = int(raw) if raw else default
+        except ValueError:
+            value = 0
+        if value < 1:
+            raise StorageError(f"{name}={raw}: must be a whole number of seconds >= 1; e.g. {name}={default}")
+        out.append(value)
+    return tuple(out)
 
 
 def _engine_kwargs(url: str) -> dict:
@@ -144,17 +159,24 @@ def _engine_kwargs(url: str) -> dict:
         return {}
     from urllib.parse import parse_qs, urlsplit
 
+    connect, statement = pg_timeouts()
+    args = {"connect_timeout": connect, "tcp_user_timeout": statement * 1000, "keepalives": 1,
+            "keepalives_idle": 30, "keepalives_interval": 10, "keepalives_count": 3,
+            "options": f"-c statement_timeout={statement * 1000}"}
     given = parse_qs(urlsplit(url).query)  # what the URL sets itself wins
-    return {"connect_args": {k: v for k, v in _PG_CONNECT_ARGS.items() if k not in given}}
+    return {"connect_args": {k: v for k, v in args.items() if k not in given}}
 
 
-def _failure(url: str, e: Exception, what: str = "cannot be opened") -> StorageError:
+def storage_failure(url: str, e: Exception, what: str = "cannot be opened") -> StorageError:
     """One message for a storage that failed, naming a timeout as such."""
-    text = str(e).lower()
+    cause = e.__cause__ or e  # Optuna's StorageInternalError wraps the database's own error
+    text = f"{e} {cause}".lower()
     if any(w in text for w in ("timeout", "timed out", "canceling statement")):
-        what = (f"no answer within {PG_CONNECT_TIMEOUT_S} s (connect) or {PG_STATEMENT_TIMEOUT_S} s (statement): is "
-                "the database server up and reachable at that address?")
-    return StorageError(f"storage {redact(url)}: {what} ({type(e).__name__}: {redact(str(e), url)})")
+        connect, statement = pg_timeouts()
+        what = (f"no answer within {connect} s (connect) or {statement} s (statement): is the database server up, "
+                "reachable at that address, and not holding the study's tables locked?")
+    first = str(cause).strip().splitlines()[0] if str(cause).strip() else ""
+    return StorageError(f"storage {redact(url)}: {what} ({type(cause).__name__}: {redact(first, url)})")
 
 
 def _rdb_storage(url: str, attempts: int = 5):
@@ -163,7 +185,7 @@ def _rdb_storage(url: str, attempts: int = 5):
         try:
             return optuna.storages.RDBStorage(url, engine_kwargs=_engine_kwargs(url))
         except Exception as e:  # sqlalchemy IntegrityError / OperationalError from a concurrent creator
-            failure = _failure(url, e)
+            failure = storage_failure(url, e)
             if ("no answer" in str(failure) or attempt == attempts - 1
                     or type(e).__name__ not in ("IntegrityError", "OperationalError")):
                 raise failure from None
@@ -208,7 +230,7 @@ def open_read_only(url: str):
     try:
         tables = set(sqlalchemy.inspect(engine).get_table_names())
     except Exception as e:
-        raise _failure(url, e, "cannot be read") from None
+        raise storage_failure(url, e, "cannot be read") from None
     finally:
         engine.dispose()
     if not _OPTUNA_TABLES <= tables:
@@ -249,8 +271,7 @@ def open_study(name: str, url: str, sampler: Optional[optuna.samplers.BaseSample
         study = optuna.create_study(study_name=name, storage=storage, sampler=sampler, directions=list(DIRECTIONS),
                                     load_if_exists=True)
     except Exception as e:  # SQLAlchemy / Optuna errors from a storage we could not use
-        raise StorageError(f"storage {redact(url)}: cannot open study '{name}' ({type(e).__name__}: "
-                           f"{redact(str(e), url)})") from None
+        raise storage_failure(url, e, f"cannot open study '{name}'") from None
     if len(study.directions) != len(DIRECTIONS):
         raise StorageError(f"study '{name}' in {redact(url)} was made by an older autotune with "
                            f"{len(study.directions)} objective(s); pass study_name=NEW_NAME to start a new one")

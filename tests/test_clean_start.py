@@ -106,7 +106,7 @@ def test_a_dirty_start_stops_the_study(tmp_path):
 
     from autotune.plan import make_plan
 
-    plan = make_plan(OmegaConf.to_object(compose("model=tiny", "device=cpu", "global_batch=4")))
+    plan = make_plan(OmegaConf.to_object(compose("model=tiny", "device=cpu", "global_batch=4", "seq_len=16")))
     study = optuna.create_study()
     params = {"checkpointing": "none", "precision": "fp32", "micro_batch": 4, "offload": False, "allocator": "default"}
     search = QueueSearch("queued", [params, dict(params, micro_batch=2)])

@@ -219,3 +219,26 @@ def test_every_row_of_the_reliability_table_names_a_test_that_exists():
         assert "::" in line or "same test" in line, line
     for module, name in named:
         assert f"def {name}(" in (ROOT / "tests" / module).read_text(), (module, name)
+
+
+def test_a_statement_stuck_behind_a_lock_ends_at_the_statement_timeout(tmp_path):
+    """Item 6 on a real PostgreSQL server: another session holds the study table locked; the
+    run and show end at the statement timeout (here 3 s, through the environment) with a
+    message, where they used to wait as long as the lock."""
+    import psycopg
+
+    url = postgres_url()
+    make_storage(url)  # Optuna's tables exist
+    env = {**trial_env(), "AUTOTUNE_DB_STATEMENT_TIMEOUT_S": "3"}
+    with psycopg.connect(url) as locker:
+        locker.execute("LOCK TABLE studies IN ACCESS EXCLUSIVE MODE")  # held until the block ends
+        commands = [cli_command(tmp_path / "run", *faulty(tmp_path, f"storage={url}")),
+                    [sys.executable, "-m", "autotune.show", url]]
+        for command in commands:
+            start = time.monotonic()
+            r = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+            out = r.stdout + r.stderr
+            assert r.returncode == 2 and "Traceback" not in out, out
+            assert "or 3 s (statement)" in out and "statement timeout" in out, out
+            assert time.monotonic() - start < 90
+        locker.rollback()

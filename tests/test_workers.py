@@ -118,6 +118,6 @@ def test_bad_workers_values_are_refused_before_anything_runs(tmp_path):
 
     for value, fix in (("0", "must be a whole number >= 1 or auto"), ("two", "must be a whole number >= 1 or auto")):
         with pytest.raises(ConfigError, match=fix):
-            make_plan(OmegaConf.to_object(compose("model=tiny", "device=cpu", f"workers={value}")))
-    plan = make_plan(OmegaConf.to_object(compose("model=tiny", "device=cpu", "workers=auto")))
+            make_plan(OmegaConf.to_object(compose("model=tiny", "device=cpu", "seq_len=16", f"workers={value}")))
+    plan = make_plan(OmegaConf.to_object(compose("model=tiny", "device=cpu", "seq_len=16", "workers=auto")))
     assert plan.workers == 1  # auto: one per visible GPU; on CPU one
