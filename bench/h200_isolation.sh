@@ -10,6 +10,9 @@
 #       auto-llama-16             the same for model=llama budget_gib=16
 #       auto-bert-large-16/-40    python -m autotune model=bert-large budget_gib=16 (or 40)
 #       grid-bert-large-24        the same as auto-bert-large-24 with search=grid
+#       grid-bert-large-24-rest   the new-interpreter check of the committed grid run at 24 GiB
+#                                 (docs/gpu-runs/isolation-h200/grid-bert-large-24), resumed where
+#                                 the device time ran out: the trials its isolation_check.json lacks
 #       grid-bert-large-budgets   python -m autotune model=bert-large search=grid budget_gib=[16,24,40]
 #                                 (every trial capped at 40 GiB; the winner of each budget)
 #   bash bench/h200_isolation.sh wait SECS       # until every step has ended or SECS pass
@@ -40,6 +43,9 @@ step() {
     auto-bert-large-16) tune_and_check "$1" no model=bert-large budget_gib=16 ;;
     auto-bert-large-40) tune_and_check "$1" no model=bert-large budget_gib=40 ;;
     grid-bert-large-24) tune_and_check "$1" yes model=bert-large budget_gib=24 search=grid ;;
+    grid-bert-large-24-rest) mkdir -p $base/$1
+      cp -r docs/gpu-runs/isolation-h200/grid-bert-large-24 $base/$1/run
+      python3 bench/isolation_check.py $base/$1/run --resume > $base/$1/check.log 2>&1 ;;
     grid-bert-large-budgets) tune_and_check "$1" no model=bert-large search=grid 'budget_gib=[16,24,40]' ;;
     *) echo "unknown step $1" ;;
   esac

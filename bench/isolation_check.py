@@ -11,6 +11,7 @@ RUN_DIR/isolation_check.json, rewritten after every trial so that a check cut sh
 what it compared), and exits 1 if any comparison fails.
 
     python bench/isolation_check.py --table FILE.json   # the table again, from saved rows
+    python bench/isolation_check.py RUN_DIR --resume    # finish a check that was cut short
 """
 from __future__ import annotations
 
@@ -56,16 +57,19 @@ def main(argv=None) -> int:
     ap.add_argument("run_dir", type=Path, nargs="?")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--table", type=Path, help="print the table of rows saved by an earlier check; run nothing")
+    ap.add_argument("--resume", action="store_true",
+                    help="keep the rows already in --out and check only the trials they lack (a check cut short)")
     args = ap.parse_args(argv)
     if args.table:
         return print_table(json.loads(args.table.read_text()))
     if args.run_dir is None:
         ap.error("RUN_DIR is needed unless --table is given")
     out = args.out or args.run_dir / "isolation_check.json"
-    rows = []
+    rows = json.loads(out.read_text()) if args.resume and out.is_file() else []
+    done = {r["trial"] for r in rows}
     for trial_dir in sorted((args.run_dir / "trials").iterdir()):
         spec_path, result_path = trial_dir / "spec.json", trial_dir / "result.json"
-        if not (spec_path.is_file() and result_path.is_file()):
+        if trial_dir.name in done or not (spec_path.is_file() and result_path.is_file()):
             continue  # never ran (pruned, skipped) or left no result
         spec, run = json.loads(spec_path.read_text()), json.loads(result_path.read_text())
         spec.pop("result", None)
