@@ -1,6 +1,7 @@
 """The Hydra entry point behind ``python -m autotune``."""
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -15,6 +16,30 @@ register()
 # conf/ sits beside the package (editable install); an absolute path keeps Hydra from
 # treating it as a Python module path.
 CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
+
+
+def check_run_dir(argv) -> None:
+    """Exit with one message when the run directory cannot be made or written: Hydra makes it
+    before any of autotune's code runs, and would end with a traceback."""
+    target = Path("outputs")  # Hydra's default: outputs/<date>/<time> under the working directory
+    for arg in argv:
+        if arg.startswith("hydra.run.dir="):
+            from hydra.core.override_parser.overrides_parser import OverridesParser
+
+            try:
+                value = str(OverridesParser.create().parse_override(arg).value())
+            except Exception:
+                return  # Hydra reports a malformed override itself
+            target = Path(value.split("${")[0]) if "${" in value else Path(value)
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+        if not os.access(target, os.W_OK):
+            raise PermissionError(13, "Permission denied", str(target))
+    except OSError as e:
+        print(f"error: the run directory {target} cannot be made or written ({e.strerror or e}: "
+              f"{e.filename or target}); run from a writable folder or pass hydra.run.dir=A_WRITABLE_PATH",
+              file=sys.stderr)
+        sys.exit(2)
 
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")

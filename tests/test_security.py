@@ -168,7 +168,7 @@ def test_a_database_server_that_never_answers_ends_the_run_with_a_message(tmp_pa
     listener.close()
 
 
-def test_nonsense_and_an_impossible_storage_path_end_before_any_trial_without_a_traceback(tmp_path):
+def test_nonsense_and_impossible_paths_end_before_any_trial_without_a_traceback(tmp_path):
     """Issue 13, "Then": from the command line, every problem at once, exit 2, nothing run."""
     run = tmp_path / "run"
     r = subprocess.run(cli_command(run, *faulty(tmp_path, "budget_gib=nan", "trial.seed=-1", "trial.lr=-1",
@@ -184,6 +184,13 @@ def test_nonsense_and_an_impossible_storage_path_end_before_any_trial_without_a_
     out = r.stdout + r.stderr
     assert r.returncode == 2 and "Traceback" not in out, out
     assert "storage journal:/proc/autotune/studies.log: cannot be created or opened there" in out
+    # A run directory that cannot be made (Hydra makes it before autotune runs; as root, a
+    # read-only outputs/ is writable, so an impossible path stands in for it).
+    r = subprocess.run(cli_command(Path("/proc/autotune/run"), *faulty(tmp_path)), cwd=ROOT, env=trial_env(),
+                       capture_output=True, text=True, timeout=300)
+    out = r.stdout + r.stderr
+    assert r.returncode == 2 and "Traceback" not in out, out
+    assert "the run directory /proc/autotune/run cannot be made or written" in out, out
 
 
 def test_the_reproduce_command_pastes_into_a_shell_and_a_dollar_name_draws(tmp_path):
