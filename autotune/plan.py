@@ -100,13 +100,18 @@ def _check_workers(value, device) -> List[str]:
         if value > max(1, gpus):
             return [f"workers={value}: only {gpus} GPU(s) visible and each CUDA worker needs its own; use "
                     f"workers={max(1, gpus)} or workers=auto"]
-    elif value > (os.cpu_count() or 1):
-        return [f"workers={value}: this machine has {os.cpu_count()} CPU core(s), and CPU workers share them; use "
-                f"workers <= {os.cpu_count()}"]
+    elif value > usable_cores():
+        return [f"workers={value}: this process may use {usable_cores()} CPU core(s), and CPU workers share them; "
+                f"use workers <= {usable_cores()}"]
     return []
 
 
 ISOLATIONS = ("fork", "fresh")
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity: a container's CPU set), not the host's."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 MAX_ACCUMULATION = 4096
 
 

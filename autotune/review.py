@@ -89,7 +89,7 @@ def _load_study(url: str, study_name: Optional[str]) -> optuna.Study:
 
 
 def _default_roi() -> dict:
-    """The project's default prices (conf/roi/default.yaml), for a run that recorded none."""
+    """The shipped default prices (autotune/conf/roi/default.yaml), for a run that recorded none."""
     from autotune.cli import CONF_DIR
 
     return yaml.safe_load((Path(CONF_DIR) / "roi" / "default.yaml").read_text())
@@ -176,9 +176,39 @@ def open_reviewed(path: str, study_name: Optional[str] = None) -> Reviewed:
                               "(it resumes the study and stores them)")
     if table.empty:
         raise ReviewError(f"{source}: no trial has finished yet")
-    return Reviewed(source=source, study_name=name, table=table, global_batch=int(settings["global_batch"]),
-                    budgets=[float(b) for b in settings["budgets"]], roi=settings["roi"],
-                    objective=settings["objective"], meta=settings.get("meta", {}), run_dir=run_dir)
+    global_batch, budgets, roi, objective = _checked_settings(settings, source)
+    meta = settings.get("meta")
+    return Reviewed(source=source, study_name=name, table=table, global_batch=global_batch, budgets=budgets, roi=roi,
+                    objective=objective, meta=meta if isinstance(meta, dict) else {}, run_dir=run_dir)
+
+
+def _checked_settings(settings, source: str) -> tuple:
+    """The scoring settings read back from a study or a run directory, checked as the command
+    line's are (plan.py): a value that is not what a run writes is named with the fix."""
+    from autotune.scoring import OBJECTIVES
+
+    fix = "; it is not what a run writes: rerun the tuning command (it resumes the study and stores them again)"
+    if not isinstance(settings, dict):
+        raise ReviewError(f"{source}: its autotune settings are not a mapping{fix}")
+    g = settings.get("global_batch")
+    if isinstance(g, bool) or not isinstance(g, int) or g < 1:
+        raise ReviewError(f"{source}: settings global_batch={g!r}: must be a whole number >= 1{fix}")
+    budgets = settings.get("budgets")
+    if not isinstance(budgets, list) or not budgets or not all(_finite_positive(b) for b in budgets):
+        raise ReviewError(f"{source}: settings budgets={budgets!r}: must be a list of GiB > 0{fix}")
+    roi = settings.get("roi")
+    keys = ("memory_price_per_gib_hour", "compute_price_per_hour", "workload_samples")
+    if not isinstance(roi, dict) or not all(_finite_positive(roi.get(k), zero=k != "workload_samples") for k in keys):
+        raise ReviewError(f"{source}: settings roi={roi!r}: needs finite prices >= 0 and workload_samples > 0{fix}")
+    objective = settings.get("objective")
+    if objective not in OBJECTIVES:
+        raise ReviewError(f"{source}: settings objective={objective!r}: one of {', '.join(OBJECTIVES)}{fix}")
+    return g, [float(b) for b in budgets], roi, objective
+
+
+def _finite_positive(value, zero: bool = False) -> bool:
+    return (isinstance(value, (int, float)) and not isinstance(value, bool) and np.isfinite(value)
+            and (value >= 0 if zero else value > 0))
 
 
 def scored_for_report(results: List[BudgetResult]) -> pd.DataFrame:

@@ -117,7 +117,7 @@ NONSENSE = [  # issue 13, "accepted nonsense": each refused before anything runs
     ("trial.seed=-1", "trial.seed=-1: a seed must be in [0, 2^32 - 1]"),
     ("seq_len=100000000000", "seq_len=100000000000: above the model's max_position_embeddings=512"),
     ("global_batch=100000000", "global_batch=100000000: even micro_batch=64 needs 1562500 accumulated"),
-    ("workers=100000", "workers=100000: this machine has"),
+    ("workers=100000", "workers=100000: this process may use"),
 ]
 
 

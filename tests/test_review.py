@@ -245,3 +245,28 @@ def test_show_and_report_refuse_a_cut_short_empty_or_garbage_trials_csv(run, tmp
             assert out.returncode == 2, (name, module, out.stdout + out.stderr)
             assert "Traceback" not in out.stderr and str(copy / "trials.csv") in out.stderr, out.stderr
             assert messages[name] in out.stderr, (name, out.stderr)
+
+
+@pytest.mark.parametrize("key,value,message", [
+    ("global_batch", "abc", "settings global_batch='abc': must be a whole number >= 1"),
+    ("budgets", [float("nan")], "settings budgets=[nan]: must be a list of GiB > 0"),
+    ("objective", "fastest", "settings objective='fastest': one of roi, throughput"),
+    ("roi", {"memory_price_per_gib_hour": -1}, "needs finite prices >= 0 and workload_samples > 0"),
+])
+def test_settings_read_back_from_a_study_are_checked_like_the_command_line(run, tmp_path, key, value, message):
+    import optuna
+
+    from autotune.review import SETTINGS_ATTR
+
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    url = f"sqlite:///{copy / 'study.db'}"
+    (name,) = optuna.get_all_study_names(url)
+    study = optuna.load_study(study_name=name, storage=url)
+    settings = study.user_attrs[SETTINGS_ATTR]
+    settings[key] = value
+    study.set_user_attr(SETTINGS_ATTR, settings)
+    for module in ("autotune.show", "autotune.report"):
+        out = cli(module, copy)
+        assert out.returncode == 2 and "Traceback" not in out.stderr, out.stdout + out.stderr
+        assert message in out.stderr and str(copy / "study.db") in out.stderr, out.stderr
