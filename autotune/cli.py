@@ -13,9 +13,9 @@ from autotune.config import register
 from autotune.storage import redact_files
 
 register()
-# conf/ sits beside the package (editable install); an absolute path keeps Hydra from
-# treating it as a Python module path.
-CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
+# The configs ship inside the package (autotune/conf/, package data), so an installed wheel
+# runs as a checkout does; an absolute path keeps Hydra from reading it as a module path.
+CONF_DIR = str(Path(__file__).resolve().parent / "conf")
 
 
 def check_run_dir(argv) -> None:

@@ -37,7 +37,8 @@ class ModelConfig:
 @dataclass
 class SearchSpaceConfig:
     name: str = MISSING
-    # A YAML file under search_spaces/ (relative to the project root) or an absolute path.
+    # A space file: absolute, relative to the working directory, or a shipped one
+    # (search_spaces/NAME.yaml, inside the package).
     path: str = MISSING
 
 

@@ -17,7 +17,7 @@ import yaml
 
 from autotune.strategy import ALLOCATORS, PRECISIONS, Strategy, checkpoint_label
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PACKAGE_DIR = Path(__file__).resolve().parent  # holds search_spaces/, the shipped spaces
 SPACE_KEYS = {"checkpointing", "precision", "micro_batch", "offload", "allocator"}
 
 
@@ -52,7 +52,9 @@ def divisors(n: int) -> List[int]:
 
 def space_path(path: str) -> Path:
     p = Path(path)
-    return p if p.is_absolute() else PROJECT_ROOT / p
+    if p.is_absolute() or p.exists():  # a user's own file: absolute, or relative to the working directory
+        return p
+    return PACKAGE_DIR / p  # a shipped one: search_spaces/default.yaml and its siblings
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -74,7 +76,9 @@ def load_space(path: str, problems: List[str]) -> Optional[SearchSpace]:
     file = space_path(path)
     key = "search_space.path"
     if not file.is_file():
-        problems.append(f"{key}={path}: no such file ({file}); use a file under search_spaces/, e.g. search_spaces/default.yaml")
+        shipped = ", ".join(f"search_spaces/{f.name}" for f in sorted((PACKAGE_DIR / "search_spaces").glob("*.yaml")))
+        problems.append(f"{key}={path}: no such file (looked in the working directory and in {PACKAGE_DIR}); pass "
+                        f"the path of your own space file, or a shipped one: {shipped}")
         return None
     try:
         data = yaml.load(file.read_bytes().decode("utf-8"), Loader=_StrictLoader) or {}

@@ -10,7 +10,7 @@ import yaml
 from autotune import load_tuned
 from tests.conftest import ROOT, cli_command, run_cli
 
-CONF_MODELS = sorted(p.stem for p in (ROOT / "conf" / "model").glob("*.yaml") if p.stem != "custom")
+CONF_MODELS = sorted(p.stem for p in (ROOT / "autotune" / "conf" / "model").glob("*.yaml") if p.stem != "custom")
 QUICK = ["device=cpu", "search=grid", "trial.warmup_steps=1", "trial.measure_steps=2", "trial.repeats=0"]
 
 
