@@ -1,6 +1,6 @@
 """autotune: measure memory strategies for PyTorch training and pick the best one."""
-from autotune.strategy import Strategy
-from autotune.tuned import Tuned, load_tuned, tuned_from_dict
-from autotune.workload import Workload, find_blocks
+from autotune.train.strategy import Strategy
+from autotune.train.tuned import Tuned, load_tuned, tuned_from_dict
+from autotune.train.workload import Workload, find_blocks
 
 __all__ = ["Strategy", "Tuned", "Workload", "find_blocks", "load_tuned", "tuned_from_dict"]

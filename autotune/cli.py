@@ -9,13 +9,10 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from autotune.config import register
-from autotune.storage import redact_files
+from autotune.study.config import CONF_DIR, register
+from autotune.store.storage import redact_files
 
 register()
-# The configs ship inside the package (autotune/conf/, package data), so an installed wheel
-# runs as a checkout does; an absolute path keeps Hydra from reading it as a module path.
-CONF_DIR = str(Path(__file__).resolve().parent / "conf")
 
 
 def check_run_dir(argv) -> None:

@@ -10,9 +10,9 @@ import sys
 
 import pandas as pd
 
-from autotune.results import _true
-from autotune.review import ReviewError, open_reviewed, path_arguments
-from autotune.storage import StorageError
+from autotune.results.outputs import _true
+from autotune.results.review import ReviewError, open_reviewed, path_arguments
+from autotune.store.storage import StorageError
 
 OBJECTIVES = ("roi", "throughput")
 

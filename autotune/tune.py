@@ -14,20 +14,20 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from sqlalchemy.exc import SQLAlchemyError
 
-from autotune.claims import MAX_CUTS, given_up, params_of
-from autotune.driver import IsolationError, ModelBuildError, run_study
-from autotune.table import trials_table
-from autotune.plan import ConfigError, Plan, make_plan
-from autotune.report import write_report
-from autotune.results import summary, write_outputs
-from autotune.budgets import budgets_summary, budgets_table, per_budget
-from autotune.device import environment
-from autotune.profile import profile_best
-from autotune.workers import start_workers, stop_workers, wait_workers
-from autotune.runner import ForkServerError
-from autotune.safe_write import signals_deferred
-from autotune.review import record_settings, scored_for_report
-from autotune.storage import StorageError, default_storage, open_study, redact, snapshot
+from autotune.store.claims import MAX_CUTS, given_up, params_of
+from autotune.study.driver import IsolationError, ModelBuildError, run_study
+from autotune.store.table import trials_table
+from autotune.study.plan import ConfigError, Plan, make_plan
+from autotune.results.page import write_report
+from autotune.results.outputs import summary, write_outputs
+from autotune.scoring.budgets import budgets_summary, budgets_table, per_budget
+from autotune.train.device import environment
+from autotune.study.profile import profile_best
+from autotune.study.workers import start_workers, stop_workers, wait_workers
+from autotune.trial.runner import ForkServerError
+from autotune.system.safe_write import signals_deferred
+from autotune.results.review import record_settings, scored_for_report
+from autotune.store.storage import StorageError, default_storage, open_study, redact, snapshot
 
 log = logging.getLogger("autotune")
 

@@ -23,9 +23,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from autotune.plan import default_timeout  # noqa: E402
-from autotune.runner import run_trial  # noqa: E402
-from autotune.strategy import Strategy, allocator_env  # noqa: E402
+from autotune.study.plan import default_timeout  # noqa: E402
+from autotune.trial.runner import run_trial  # noqa: E402
+from autotune.train.strategy import Strategy, allocator_env  # noqa: E402
 
 LIMITS = {"peak_allocated_gib": 0.01, "peak_reserved_gib": 0.03}
 SPEED = 0.05

@@ -31,14 +31,14 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from autotune.budgets import per_budget  # noqa: E402
-from autotune.device import DeviceInfo  # noqa: E402
-from autotune.driver import run_study  # noqa: E402
-from autotune.plan import Plan  # noqa: E402
-from autotune.replay import Replay  # noqa: E402
-from autotune.space import SearchSpace  # noqa: E402
-from autotune.strategy import checkpoint_label  # noqa: E402
-from autotune.table import trials_table  # noqa: E402
+from autotune.scoring.budgets import per_budget  # noqa: E402
+from autotune.train.device import DeviceInfo  # noqa: E402
+from autotune.study.driver import run_study  # noqa: E402
+from autotune.study.plan import Plan  # noqa: E402
+from autotune.study.replay import Replay  # noqa: E402
+from autotune.search.space import SearchSpace  # noqa: E402
+from autotune.train.strategy import checkpoint_label  # noqa: E402
+from autotune.store.table import trials_table  # noqa: E402
 
 RECORDED = {
     # name: (trials.csv, what it is)

@@ -5,7 +5,7 @@
 Per run directory (its trials.csv and trials/NNN/result.json): for every trial that ran,
 ok or out of memory, its wall time and its fixed cost, i.e. what is not measuring: for an
 ok trial the process start (fork and CUDA context), the model build and the first step's
-time beyond a timed step (``autotune.results.fixed_cost_s``); for a trial that ran out of
+time beyond a timed step (``autotune.results.outputs.fixed_cost_s``); for a trial that ran out of
 memory, all of its wall time. Reported: the largest and the median share of an ok trial,
 the share over all trials of the run (out-of-memory ones included), and the fork server's
 own start (once per run, in the first trial's start-up). Exit 1 if an ok trial's share is
@@ -23,7 +23,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from autotune.results import fixed_cost_s  # noqa: E402
+from autotune.results.outputs import fixed_cost_s  # noqa: E402
 
 
 def cost(run_dir: Path) -> dict:

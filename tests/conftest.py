@@ -32,7 +32,7 @@ def cli_command(run_dir: Path, *overrides: str) -> list:
         overrides = (f"storage=sqlite:///{run_dir.parent / 'studies.db'}", *overrides)
     if not any(o.startswith("trial.min_measure_s=") for o in overrides):
         overrides = ("trial.min_measure_s=0", *overrides)
-    from autotune.workers import hydra_quoted
+    from autotune.study.workers import hydra_quoted
 
     return [sys.executable, "-m", "autotune", f"hydra.run.dir={hydra_quoted(str(run_dir))}",
             f"hydra.searchpath=[file://{TEST_CONF}]", *overrides]

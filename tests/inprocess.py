@@ -14,8 +14,8 @@ from pathlib import Path
 
 import torch
 
-from autotune import clean_start
-from autotune.trial import preload, run_spec_file
+from autotune.trial import clean_start
+from autotune.trial.run import preload, run_spec_file
 
 
 def main(argv) -> int:

@@ -7,8 +7,8 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from autotune.claims import ORPHANED, claim, duplicate_of, enqueue_missing, given_up, owner, recover
-from autotune.storage import StorageError, open_study
+from autotune.store.claims import ORPHANED, claim, duplicate_of, enqueue_missing, given_up, owner, recover
+from autotune.store.storage import StorageError, open_study
 
 CONFIGS = [{"checkpointing": c, "micro_batch": m} for c in ("none", "full") for m in (1, 2)]
 
@@ -57,7 +57,7 @@ def test_a_claim_is_atomic_across_processes(tmp_path):
     url = f"journal:{tmp_path / 's.log'}"
     study = open_study("s", url)
     enqueue_missing(study, [{"checkpointing": "none", "micro_batch": m} for m in range(1, 41)])
-    code = ("import sys; from autotune.storage import open_study; from autotune.claims import claim\n"
+    code = ("import sys; from autotune.store.storage import open_study; from autotune.store.claims import claim\n"
             "s = open_study('s', sys.argv[1]); n = []\n"
             "while (t := claim(s)) is not None: n.append(t.number)\n"
             "print(' '.join(map(str, n)))")
@@ -99,7 +99,7 @@ def test_a_corrupt_journal_is_a_clear_error_and_stays_untouched(tmp_path):
 
 
 def test_a_password_in_a_storage_url_is_kept_out_of_messages():
-    from autotune.storage import redact
+    from autotune.store.storage import redact
 
     url = "postgresql://tuner:s3cr%40t@db.example:5432/studies"
     assert redact(url) == "postgresql://tuner:***@db.example:5432/studies"
@@ -116,7 +116,7 @@ def test_a_trial_claimed_a_moment_ago_without_its_owner_yet_is_not_orphaned(stud
     assert recover(study) == []
     assert study.get_trials()[0].state == TrialState.RUNNING
     # An owner that never appears: orphaned once STALE_S has passed, and retried once.
-    monkeypatch.setattr("autotune.claims.STALE_S", 0.0)
+    monkeypatch.setattr("autotune.store.claims.STALE_S", 0.0)
     assert [r["params"] for r in recover(study)] == [CONFIGS[0]]
     assert study.get_trials()[0].user_attrs["cause"] == ORPHANED
 
@@ -124,7 +124,7 @@ def test_a_trial_claimed_a_moment_ago_without_its_owner_yet_is_not_orphaned(stud
 def test_a_dead_unreaped_process_counts_as_gone():
     import time
 
-    from autotune.claims import _process_start
+    from autotune.store.claims import _process_start
 
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     for _ in range(100):  # it exits at once, and stays a zombie until waited for

@@ -10,9 +10,9 @@ import optuna
 import pytest
 import torch
 
-from autotune.driver import IsolationError, measure_queue
+from autotune.study.driver import IsolationError, measure_queue
 from autotune.search import QueueSearch
-from autotune.strategy import Strategy, apply_checkpointing, forward_context
+from autotune.train.strategy import Strategy, apply_checkpointing, forward_context
 from tests.conftest import ROOT, compose, trial_env
 from tests.test_forkserver import SMALL_BERT
 from tests.test_trial import spec
@@ -71,7 +71,7 @@ def test_consecutive_trials_in_one_process_leave_no_model_alive(tmp_path):
 
 
 def test_a_process_that_ran_a_trial_refuses_to_measure_another(tmp_path):
-    script = ("import sys, json; from pathlib import Path; from autotune.trial import run_spec_file\n"
+    script = ("import sys, json; from pathlib import Path; from autotune.trial.run import run_spec_file\n"
               "print(json.dumps([run_spec_file(Path(p)) for p in sys.argv[1:]]))")
     paths = _write_specs(tmp_path, [("none", "fp32", 2), ("none", "fp32", 2)])
     done = subprocess.run([sys.executable, "-c", script, *paths], cwd=ROOT, env=trial_env(), capture_output=True,
@@ -84,7 +84,7 @@ def test_a_process_that_ran_a_trial_refuses_to_measure_another(tmp_path):
 
 
 def test_a_model_of_an_earlier_trial_still_alive_is_a_dirty_start():
-    from autotune import clean_start
+    from autotune.trial import clean_start
 
     saved = clean_start._trials_started
     model = torch.nn.Linear(2, 2)
@@ -104,7 +104,7 @@ def test_a_model_of_an_earlier_trial_still_alive_is_a_dirty_start():
 def test_a_dirty_start_stops_the_study(tmp_path):
     from omegaconf import OmegaConf
 
-    from autotune.plan import make_plan
+    from autotune.study.plan import make_plan
 
     plan = make_plan(OmegaConf.to_object(compose("model=tiny", "device=cpu", "global_batch=4", "seq_len=16")))
     study = optuna.create_study()
@@ -120,7 +120,7 @@ def test_a_dirty_start_stops_the_study(tmp_path):
 def test_only_a_clean_process_s_out_of_memory_prunes_others():
     from optuna.distributions import CategoricalDistribution
 
-    from autotune.driver import oom_at_smaller_micro_batch
+    from autotune.study.driver import oom_at_smaller_micro_batch
 
     study = optuna.create_study()
     dist = {"checkpointing": CategoricalDistribution(["none", "full"]), "micro_batch": CategoricalDistribution([2, 4, 8])}

@@ -5,7 +5,7 @@ import pandas as pd
 import yaml
 
 from autotune import load_tuned
-from autotune.device import resolve_device
+from autotune.train.device import resolve_device
 from tests.conftest import run_cli
 
 FAST = ["model=tiny", "device=cpu", "search=grid", "global_batch=8", "seq_len=16", "trial.warmup_steps=1", "trial.measure_steps=3"]

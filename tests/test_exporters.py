@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from autotune import load_tuned
-from autotune.exporters import NotExpressible, _hf_checkpointing_key
+from autotune.train.exporters import NotExpressible, _hf_checkpointing_key
 from tests.test_example import TINY, best_yaml
 
 

@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from autotune.runner import ForkServer, run_trial
+from autotune.trial.runner import ForkServer, run_trial
 from tests.conftest import trial_env
 from tests.test_trial import spec
 
@@ -105,7 +105,7 @@ def test_a_sequence_of_trials_measures_what_fresh_processes_measure(tmp_path):
 
 
 def test_a_server_that_cannot_start_is_one_clear_error(tmp_path):
-    from autotune.runner import ForkServerError
+    from autotune.trial.runner import ForkServerError
 
     forks = ForkServer("tests.exits_on_import:build")
     try:

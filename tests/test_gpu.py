@@ -5,7 +5,7 @@ import pytest
 import torch
 import yaml
 
-from autotune.runner import run_trial
+from autotune.trial.runner import run_trial
 from tests.conftest import run_cli, trial_env
 from tests.test_example import best_yaml, load_example
 
@@ -158,7 +158,7 @@ def test_the_default_mechanism_measures_a_sequence_as_fresh_processes_do(tmp_pat
     """Consecutive configurations through one fork server (the default), a real CUDA
     out-of-memory error and a sticky CUDA error among them, each against the same spec in a
     new interpreter under the same cap."""
-    from autotune.runner import ForkServer
+    from autotune.trial.runner import ForkServer
 
     config = {"width": 4096, "depth": 8}
     capped = lambda *a, **k: cuda_spec(*a, config=config, memory_cap_gib=k.pop("cap", 12.0), **k)  # noqa: E731
@@ -217,7 +217,7 @@ def test_consecutive_cuda_trials_in_one_process_leave_nothing_alive(tmp_path):
 
 TRACK = """
 import json, torch
-from autotune.monitor import track_memory
+from autotune.train.monitor import track_memory
 x = torch.randn(4096, 4096, device="cuda")
 def block():
     y = x @ x          # 64 MiB

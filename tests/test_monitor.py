@@ -5,7 +5,7 @@ import warnings
 import pytest
 import torch
 
-from autotune.monitor import LeakCheck, MemoryGrowthWarning, track_memory
+from autotune.train.monitor import LeakCheck, MemoryGrowthWarning, track_memory
 
 
 def train(steps: int, keep: bool) -> LeakCheck:

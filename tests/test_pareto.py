@@ -1,6 +1,6 @@
 import numpy as np
 
-from autotune.pareto import pareto_mask
+from autotune.scoring.pareto import pareto_mask
 
 
 def test_dominated_points_are_off_the_front():

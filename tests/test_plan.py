@@ -3,7 +3,7 @@ import pytest
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
-from autotune.plan import ConfigError, make_plan
+from autotune.study.plan import ConfigError, make_plan
 from tests.conftest import compose
 
 

@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from autotune.runner import run_trial
-from autotune.storage import make_storage
+from autotune.trial.runner import run_trial
+from autotune.store.storage import make_storage
 from tests.conftest import ROOT, cli_command, run_cli, trial_env
 from tests.test_trial import spec
 
@@ -237,7 +237,7 @@ def test_monotone_pruning_never_prunes_a_configuration_that_fits(tmp_path):
 def test_pruning_looks_only_at_the_same_strategy():
     from optuna.distributions import CategoricalDistribution
 
-    from autotune.driver import oom_at_smaller_micro_batch
+    from autotune.study.driver import oom_at_smaller_micro_batch
 
     study = optuna.create_study()
     dist = {"checkpointing": CategoricalDistribution(["none", "full"]), "micro_batch": CategoricalDistribution([2, 4, 8])}

@@ -158,7 +158,7 @@ def test_hostile_values_read_back_never_run_in_the_rebuilt_report(run, tmp_path)
     and the profile link takes no javascript: URL."""
     import optuna
 
-    from autotune.review import SETTINGS_ATTR
+    from autotune.results.review import SETTINGS_ATTR
     from tests.browser import chromium, visit
 
     if chromium() is None:
@@ -256,7 +256,7 @@ def test_show_and_report_refuse_a_cut_short_empty_or_garbage_trials_csv(run, tmp
 def test_settings_read_back_from_a_study_are_checked_like_the_command_line(run, tmp_path, key, value, message):
     import optuna
 
-    from autotune.review import SETTINGS_ATTR
+    from autotune.results.review import SETTINGS_ATTR
 
     copy = tmp_path / "run"
     shutil.copytree(run, copy)

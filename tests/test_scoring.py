@@ -4,8 +4,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from autotune.effects import strategy_effects
-from autotune.scoring import choose_best, find_baseline, score
+from autotune.scoring.effects import strategy_effects
+from autotune.scoring.score import choose_best, find_baseline, score
 
 ROI = {"memory_price_per_gib_hour": 0.5, "compute_price_per_hour": 2.0, "workload_samples": 36000.0}
 

@@ -8,15 +8,15 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from autotune.budgets import per_budget
-from autotune.device import DeviceInfo
-from autotune.driver import run_study
-from autotune.plan import Plan
-from autotune.replay import Replay
+from autotune.scoring.budgets import per_budget
+from autotune.train.device import DeviceInfo
+from autotune.study.driver import run_study
+from autotune.study.plan import Plan
+from autotune.study.replay import Replay
 from autotune.search.auto import AutoSearch, family_of
 from autotune.search.memory_model import fit_families, fit_line
-from autotune.space import SearchSpace
-from autotune.table import trials_table
+from autotune.search.space import SearchSpace
+from autotune.store.table import trials_table
 from tests.conftest import run_cli
 from tests.test_reliability import study_trials
 

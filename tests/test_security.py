@@ -10,7 +10,7 @@ from urllib.parse import urlsplit, urlunsplit
 import optuna
 import pytest
 
-from autotune.storage import make_storage, redact
+from autotune.store.storage import make_storage, redact
 from tests.conftest import ROOT, cli_command, trial_env
 from tests.test_reliability import faulty, space_file
 
@@ -144,7 +144,7 @@ def test_a_database_server_that_never_answers_ends_the_run_with_a_message(tmp_pa
     import socket
     import threading
 
-    from autotune.storage import PG_CONNECT_TIMEOUT_S
+    from autotune.store.storage import PG_CONNECT_TIMEOUT_S
 
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))

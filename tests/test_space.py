@@ -1,6 +1,6 @@
 
-from autotune.space import SearchSpace, divisors, load_space, skip_reason
-from autotune.strategy import Strategy
+from autotune.search.space import SearchSpace, divisors, load_space, skip_reason
+from autotune.train.strategy import Strategy
 
 
 def write(tmp_path, text):

@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from autotune import load_tuned
-from autotune.strategy import Strategy, apply_checkpointing, blocks_to_checkpoint, forward_context
-from autotune.workload import find_blocks
+from autotune.train.strategy import Strategy, apply_checkpointing, blocks_to_checkpoint, forward_context
+from autotune.train.workload import find_blocks
 from tests.test_example import best_yaml, load_example
 from tests.test_trial import run, spec
 

@@ -3,10 +3,10 @@ runs more than 2 % apart flagged, and the report says so."""
 import optuna
 from optuna.distributions import CategoricalDistribution
 
-from autotune.budgets import per_budget
-from autotune.report import write_report
-from autotune.review import scored_for_report
-from autotune.table import trials_table
+from autotune.scoring.budgets import per_budget
+from autotune.results.page import write_report
+from autotune.results.review import scored_for_report
+from autotune.store.table import trials_table
 
 DIST = {"checkpointing": CategoricalDistribution(["none", "full"]), "precision": CategoricalDistribution(["fp32"]),
         "micro_batch": CategoricalDistribution([2, 4])}

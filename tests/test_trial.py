@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from autotune.runner import run_trial
+from autotune.trial.runner import run_trial
 from tests.conftest import ROOT, trial_env
 
 

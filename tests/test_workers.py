@@ -8,9 +8,9 @@ import optuna
 import pandas as pd
 import pytest
 
-from autotune.claims import ORPHANED
-from autotune.plan import usable_cores
-from autotune.storage import make_storage
+from autotune.store.claims import ORPHANED
+from autotune.study.plan import usable_cores
+from autotune.store.storage import make_storage
 from tests.conftest import ROOT, cli_command, trial_env
 from tests.test_reliability import faulty, space_file, study_trials
 
@@ -118,7 +118,7 @@ def test_a_worker_killed_mid_trial_leaves_its_trial_retried_once(tmp_path):
 def test_bad_workers_values_are_refused_before_anything_runs(tmp_path):
     from omegaconf import OmegaConf
 
-    from autotune.plan import ConfigError, make_plan
+    from autotune.study.plan import ConfigError, make_plan
     from tests.conftest import compose
 
     for value, fix in (("0", "must be a whole number >= 1 or auto"), ("two", "must be a whole number >= 1 or auto")):

@@ -9,7 +9,7 @@ import time
 
 import torch
 
-from autotune.workload import Workload
+from autotune.train.workload import Workload
 
 
 class _OutOfMemoryInBackward(torch.autograd.Function):

@@ -28,7 +28,7 @@ def random_tokens(n: int, seq_len: int, vocab: int):
 
 def causal_lm(model: torch.nn.Module, vocab: int, seq_len: int):
     """The Workload of a causal language model: next-token loss on random tokens."""
-    from autotune.workload import Workload, find_blocks
+    from autotune.train.workload import Workload, find_blocks
 
     def make_batch(n: int, dev) -> dict:
         ids, _ = random_tokens(n, seq_len, vocab)

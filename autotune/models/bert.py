@@ -7,7 +7,7 @@ import torch
 from transformers import BertConfig, BertForSequenceClassification
 
 from autotune.models import check_seq_len, hf_loss, random_tokens
-from autotune.workload import Workload, find_blocks
+from autotune.train.workload import Workload, find_blocks
 
 
 def build(device: str, seq_len: int, **config) -> Workload:

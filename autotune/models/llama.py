@@ -5,7 +5,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from autotune.models import causal_lm, check_seq_len
-from autotune.workload import Workload
+from autotune.train.workload import Workload
 
 
 def build(device: str, seq_len: int, **config) -> Workload:

@@ -9,7 +9,7 @@ import torch
 from transformers import ViTConfig, ViTForImageClassification
 
 from autotune.models import hf_loss
-from autotune.workload import Workload, find_blocks
+from autotune.train.workload import Workload, find_blocks
 
 
 def build(device: str, seq_len: int, **config) -> Workload:

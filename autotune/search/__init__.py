@@ -18,9 +18,9 @@ from typing import List, Optional
 
 import optuna
 
-from autotune.claims import claim, enqueue_missing, params_of
+from autotune.store.claims import claim, enqueue_missing, params_of
 from autotune.search.auto import AutoSearch, family_of
-from autotune.table import trials_table
+from autotune.store.table import trials_table
 
 STRATEGIES = ("auto", "grid", "random", "tpe", "nsga2")
 

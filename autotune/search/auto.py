@@ -45,10 +45,10 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 import pandas as pd
 
-from autotune.clean_start import trusted
-from autotune.scoring import find_baseline, objective_value, score
+from autotune.trial.clean_start import trusted
+from autotune.scoring.score import find_baseline, objective_value, score
 from autotune.search.memory_model import Line, fit_families
-from autotune.strategy import checkpoint_fraction
+from autotune.train.strategy import checkpoint_fraction
 
 FAMILY_KEYS = ("checkpointing", "precision", "offload", "allocator")
 DEFAULTS = {"offload": False, "allocator": "default"}

@@ -15,7 +15,7 @@ import optuna
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 
-from autotune.claims import claim, cut_short, is_duplicate, own, params_of
+from autotune.store.claims import claim, cut_short, is_duplicate, own, params_of
 
 SAMPLERS = {
     "random": lambda seed: optuna.samplers.RandomSampler(seed=seed),

@@ -15,7 +15,7 @@ from typing import List, Optional
 import numpy as np
 import pandas as pd
 
-from autotune.scoring import Baseline, choose_best, score
+from autotune.scoring.score import Baseline, choose_best, score
 
 
 @dataclass

@@ -14,7 +14,7 @@ from __future__ import annotations
 import warnings
 from typing import List
 
-from autotune.strategy import checkpoint_fraction, checkpoint_label
+from autotune.train.strategy import checkpoint_fraction, checkpoint_label
 
 
 class NotExpressible(UserWarning):

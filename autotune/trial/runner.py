@@ -106,9 +106,9 @@ class ForkServerError(RuntimeError):
 
 
 class ForkServer:
-    """A ``runner`` whose trials are children forked from a ``python -m autotune.forkserver``
+    """A ``runner`` whose trials are children forked from a ``python -m autotune.trial.forkserver``
     that has imported torch and the model's builder but never touched CUDA (see
-    ``autotune/forkserver.py``): each trial is a fresh process, as with ``run_trial``,
+    ``autotune/trial/forkserver.py``): each trial is a fresh process, as with ``run_trial``,
     without the interpreter's start-up.
 
     A server serves one environment (the allocator setting must be in place before a
@@ -130,7 +130,7 @@ class ForkServer:
         if proc is not None and proc.poll() is None:
             return proc
         log_dir.mkdir(parents=True, exist_ok=True)
-        argv = ["autotune.forkserver"] + (["--preload", self.preload] if self.preload else [])
+        argv = ["autotune.trial.forkserver"] + (["--preload", self.preload] if self.preload else [])
         with open(log_dir / "forkserver.log", "ab") as log:
             # Unbuffered: select() must see every line that has arrived, none held in a buffer.
             proc = _start(argv, env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, bufsize=0)

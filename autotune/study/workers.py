@@ -17,7 +17,7 @@ import subprocess
 from pathlib import Path
 from typing import List, Optional
 
-from autotune.device import DeviceInfo
+from autotune.train.device import DeviceInfo
 
 log = logging.getLogger("autotune")
 
@@ -48,7 +48,7 @@ def hydra_quoted(value: str) -> str:
 def start_workers(n: int, overrides: List[str], run_dir: Path, study_name: str, storage: str,
                   device: DeviceInfo) -> List[subprocess.Popen]:
     """Start workers 1..n-1; worker 0 is the calling driver."""
-    from autotune.runner import _start
+    from autotune.trial.runner import _start
 
     gpus = []
     if device.kind == "cuda":

@@ -21,7 +21,7 @@ from typing import Optional
 
 import optuna
 
-from autotune.safe_write import replacing
+from autotune.system.safe_write import replacing
 
 
 class StorageError(RuntimeError):

@@ -10,7 +10,7 @@ from typing import Optional
 
 import pandas as pd
 
-from autotune.strategy import checkpoint_label
+from autotune.train.strategy import checkpoint_label
 
 # (label, checkpointing, precision, offload, allocator, the article's claim)
 EFFECTS = [

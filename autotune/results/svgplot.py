@@ -15,7 +15,7 @@ from typing import List, Optional, Sequence
 
 import pandas as pd
 
-from autotune.strategy import checkpoint_fraction, checkpoint_label
+from autotune.train.strategy import checkpoint_fraction, checkpoint_label
 
 PRECISION_COLOURS = {"fp32": "#1f77b4", "bf16": "#2ca02c", "fp16": "#ff7f0e"}
 W, H = 860, 500

@@ -26,7 +26,7 @@ from typing import List, Optional
 
 import torch
 
-from autotune.device import GIB, nvml_handle, nvml_used_bytes
+from autotune.train.device import GIB, nvml_handle, nvml_used_bytes
 
 
 def _rss_bytes() -> int:

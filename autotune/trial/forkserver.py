@@ -1,6 +1,6 @@
 """The fork server: every trial in a fresh process, without paying the interpreter's start-up.
 
-    python -m autotune.forkserver [--preload package.module:builder]
+    python -m autotune.trial.forkserver [--preload package.module:builder]
 
 imports torch, autotune's trial code and the model builder's module once (on the H200
 that is 9-11 s of a fresh interpreter's start-up), never touches CUDA, and then, for each
@@ -39,7 +39,7 @@ import traceback
 import warnings
 from pathlib import Path
 
-from autotune.runner import die_with_parent
+from autotune.trial.runner import die_with_parent
 
 
 def preload(target: str | None) -> None:
@@ -50,7 +50,7 @@ def preload(target: str | None) -> None:
     os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"  # is_available() without cuInit, if anything asks
     import torch
 
-    from autotune.trial import preload as preload_trial
+    from autotune.trial.run import preload as preload_trial
 
     preload_trial(target)
     if torch.cuda.is_initialized():
@@ -72,7 +72,7 @@ def _child(spec_path: Path, control_fd: int) -> None:
         log = os.open(spec_path.with_name("log.txt"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(log, 1)
         os.dup2(log, 2)
-        from autotune.trial import run_spec_file
+        from autotune.trial.run import run_spec_file
 
         run_spec_file(spec_path, {"isolation": "fork"})
         code = 0
@@ -110,7 +110,7 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     target = argv[1] if len(argv) == 2 and argv[0] == "--preload" else None
     if argv and target is None:
-        print("usage: python -m autotune.forkserver [--preload package.module:builder]", file=sys.stderr)
+        print("usage: python -m autotune.trial.forkserver [--preload package.module:builder]", file=sys.stderr)
         return 2
     control_fd = os.dup(1)
     control = os.fdopen(control_fd, "w", buffering=1)

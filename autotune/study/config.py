@@ -2,15 +2,20 @@
 
 The YAML files under ``conf/`` extend these dataclasses, so a wrong type or an unknown key
 fails when Hydra composes the config, with the full key in the message. Value checks that
-need more than a type (ranges, divisors, the device's memory) live in ``validate.py``.
+need more than a type (ranges, divisors, the device's memory) live in ``plan.py``.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Dict, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
+
+# The configs ship inside the package (autotune/conf/, package data), so an installed wheel
+# runs as a checkout does; an absolute path keeps Hydra from reading it as a module path.
+CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
 
 
 @dataclass
@@ -72,7 +77,7 @@ class TrialConfig:
     # within the measured spread of the top one) before the winner is named; 0: none.
     repeats: int = 1
     # How each trial gets its fresh process: fork (a child of a server that has imported
-    # torch and the model's builder, autotune/forkserver.py) or fresh (a new interpreter,
+    # torch and the model's builder, autotune/trial/forkserver.py) or fresh (a new interpreter,
     # python -m autotune.trial, paying the imports every time). Both measure in a process
     # that never ran another trial.
     isolation: str = "fork"
@@ -102,7 +107,7 @@ class TuneConfig:
     # torch.profiler; its trace (profile/trace.json, for chrome://tracing or Perfetto) and
     # the top operators (profile/top_ops.txt) land next to the report.
     profile: bool = False
-    # Drivers on one study (autotune/workers.py): a number, or "auto" (one per visible GPU;
+    # Drivers on one study (autotune/study/workers.py): a number, or "auto" (one per visible GPU;
     # one on CPU). On CUDA each worker gets a GPU of its own.
     workers: Any = 1
 

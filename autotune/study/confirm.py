@@ -13,8 +13,8 @@ from typing import List
 import numpy as np
 import pandas as pd
 
-from autotune.plan import Plan
-from autotune.scoring import score, within_noise
+from autotune.study.plan import Plan
+from autotune.scoring.score import score, within_noise
 
 MIN_CONTENDERS = 2  # the top two are always re-measured, so their order is checked
 MAX_CONTENDERS = 4  # at most this many, nearest to the top first

@@ -13,10 +13,10 @@ from typing import Optional
 
 import pandas as pd
 
-from autotune.driver import strategy_of, trial_spec
-from autotune.plan import Plan
-from autotune.runner import run_trial
-from autotune.strategy import allocator_env, checkpoint_label
+from autotune.study.driver import strategy_of, trial_spec
+from autotune.study.plan import Plan
+from autotune.trial.runner import run_trial
+from autotune.train.strategy import allocator_env, checkpoint_label
 
 log = logging.getLogger("autotune")
 

@@ -21,9 +21,9 @@ import optuna
 import pandas as pd
 import yaml
 
-from autotune.budgets import BudgetResult, budget_label, per_budget
-from autotune.storage import StorageError, check_readable, open_read_only, redact, storage_failure
-from autotune.table import trials_table
+from autotune.scoring.budgets import BudgetResult, budget_label, per_budget
+from autotune.store.storage import StorageError, check_readable, open_read_only, redact, storage_failure
+from autotune.store.table import trials_table
 
 SETTINGS_ATTR = "autotune"
 
@@ -90,7 +90,7 @@ def _load_study(url: str, study_name: Optional[str]) -> optuna.Study:
 
 def _default_roi() -> dict:
     """The shipped default prices (autotune/conf/roi/default.yaml), for a run that recorded none."""
-    from autotune.cli import CONF_DIR
+    from autotune.study.config import CONF_DIR
 
     return yaml.safe_load((Path(CONF_DIR) / "roi" / "default.yaml").read_text())
 
@@ -185,7 +185,7 @@ def open_reviewed(path: str, study_name: Optional[str] = None) -> Reviewed:
 def _checked_settings(settings, source: str) -> tuple:
     """The scoring settings read back from a study or a run directory, checked as the command
     line's are (plan.py): a value that is not what a run writes is named with the fix."""
-    from autotune.scoring import OBJECTIVES
+    from autotune.scoring.score import OBJECTIVES
 
     fix = "; it is not what a run writes: rerun the tuning command (it resumes the study and stores them again)"
     if not isinstance(settings, dict):

@@ -1,7 +1,7 @@
 """Score a trials table: which trials fit the budget, their ROI, and the best one.
 
 Pure functions of a pandas table (one row per trial), so they are tested on hand-made
-tables without a GPU. The ROI formula (DESIGN.md):
+tables without a GPU. The ROI formula:
 
     ROI = memory_saved_gib * memory_price_per_gib_hour * job_hours
           - (job_hours - baseline_job_hours) * compute_price_per_hour
@@ -19,8 +19,8 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
-from autotune.pareto import pareto_mask
-from autotune.strategy import checkpoint_fraction
+from autotune.scoring.pareto import pareto_mask
+from autotune.train.strategy import checkpoint_fraction
 
 OBJECTIVES = ("roi", "throughput")
 NOISY_SPREAD = 0.10  # IQR/median above this flags a timing as noisy (torch.utils.benchmark's warning level)

@@ -7,11 +7,11 @@ from typing import List, Optional
 import pandas as pd
 import yaml
 
-from autotune.safe_write import replacing, write_text
-from autotune.budgets import BudgetResult, budget_label
-from autotune.plan import Plan
-from autotune.scoring import Baseline
-from autotune.strategy import checkpoint_label
+from autotune.system.safe_write import replacing, write_text
+from autotune.scoring.budgets import BudgetResult, budget_label
+from autotune.study.plan import Plan
+from autotune.scoring.score import Baseline
+from autotune.train.strategy import checkpoint_label
 
 SUMMARY_COLUMNS = ["checkpointing", "precision", "micro_batch", "accumulation", "offload", "allocator",
                    "peak_memory_gib", "samples_per_s", "time_spread", "roi"]

@@ -19,10 +19,10 @@ from typing import Optional
 
 import torch  # noqa: E402
 
-from autotune import clean_start  # noqa: E402
-from autotune.clean_start import DirtyStart, check_clean_start, track  # noqa: E402
-from autotune.measure import host_link_gib_s, memory_growth_gib, memory_probe, step_time_stats  # noqa: E402
-from autotune.strategy import Strategy, apply_checkpointing, forward_context, make_scaler  # noqa: E402
+from autotune.trial import clean_start  # noqa: E402
+from autotune.trial.clean_start import DirtyStart, check_clean_start, track  # noqa: E402
+from autotune.train.measure import host_link_gib_s, memory_growth_gib, memory_probe, step_time_stats  # noqa: E402
+from autotune.train.strategy import Strategy, apply_checkpointing, forward_context, make_scaler  # noqa: E402
 
 
 MAX_MEASURE_STEPS = 200  # the most timed steps min_measure_s can ask for

@@ -13,7 +13,7 @@ from typing import Optional
 
 import pandas as pd
 
-from autotune.strategy import checkpoint_label
+from autotune.train.strategy import checkpoint_label
 
 _KEEP = ("status", "cause", "peak_memory_gib", "device_peak_gib", "cuda_context_gib", "peak_allocated_gib",
          "peak_reserved_gib", "samples_per_s", "time_spread", "step_time_s", "static_gib", "pruned_by",

@@ -11,11 +11,11 @@ import os
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
-from autotune.config import TuneConfig
-from autotune.device import DeviceInfo, resolve_device
-from autotune.scoring import OBJECTIVES
-from autotune.workers import visible_gpus, worker_count
-from autotune.space import SearchSpace, divisors, load_space
+from autotune.study.config import TuneConfig
+from autotune.train.device import DeviceInfo, resolve_device
+from autotune.scoring.score import OBJECTIVES
+from autotune.study.workers import visible_gpus, worker_count
+from autotune.search.space import SearchSpace, divisors, load_space
 
 
 class ConfigError(ValueError):
@@ -58,7 +58,7 @@ class Plan:
     search_timeout_s: Optional[float] = None
     reductions: List[str] = field(default_factory=list)  # what a CPU run shrank, for the log and report
     profile: bool = False  # trace the best configuration once more under torch.profiler
-    workers: int = 1  # drivers on this study (autotune/workers.py)
+    workers: int = 1  # drivers on this study (autotune/study/workers.py)
     # Everything that changes a measurement (the study's name derives from it, and the
     # study records it: storage.check_setup refuses a study that measured another setup).
     setup: Dict = field(default_factory=dict)
@@ -74,7 +74,7 @@ class Plan:
 
 
 def _check_builder(target: str, problems: List[str]) -> None:
-    from autotune.trial import resolve_builder
+    from autotune.trial.run import resolve_builder
 
     try:
         builder = resolve_builder(target)

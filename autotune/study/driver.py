@@ -22,15 +22,15 @@ from typing import Callable, Optional
 
 import optuna
 
-from autotune.plan import Plan
-from autotune.runner import ForkServer, run_trial
-from autotune.space import skip_reason
-from autotune.clean_start import trusted
-from autotune.claims import Heartbeat, cut_short, duplicate_of, enqueue_missing, is_duplicate, recover
+from autotune.study.plan import Plan
+from autotune.trial.runner import ForkServer, run_trial
+from autotune.search.space import skip_reason
+from autotune.trial.clean_start import trusted
+from autotune.store.claims import Heartbeat, cut_short, duplicate_of, enqueue_missing, is_duplicate, recover
 from autotune.search import QueueSearch, make_search
-from autotune.storage import check_setup, open_study
-from autotune.table import trials_table
-from autotune.strategy import Strategy, allocator_env
+from autotune.store.storage import check_setup, open_study
+from autotune.store.table import trials_table
+from autotune.train.strategy import Strategy, allocator_env
 
 log = logging.getLogger("autotune")
 POLL_S = 1.0  # how often a driver with nothing left to claim checks on other drivers' trials
@@ -272,7 +272,7 @@ def _search_and_confirm(study, plan: Plan, run_dir: Path, search, on_trial, runn
     elif plan.search != "grid":
         on_trial(f"search '{plan.search}' ended: {trials_run(study)} of {n_configs} configurations run")
     if plan.repeats and not (stopping.reason and "timeout" in stopping.reason):
-        from autotune.confirm import contenders  # needs scoring, which needs the table built here
+        from autotune.study.confirm import contenders  # needs scoring, which needs the table built here
 
         picked = contenders(trials_table(study), plan)
         for number in picked:

@@ -15,9 +15,9 @@ from typing import Dict, List, Optional
 
 import yaml
 
-from autotune.strategy import ALLOCATORS, PRECISIONS, Strategy, checkpoint_label
+from autotune.train.strategy import ALLOCATORS, PRECISIONS, Strategy, checkpoint_label
 
-PACKAGE_DIR = Path(__file__).resolve().parent  # holds search_spaces/, the shipped spaces
+PACKAGE_DIR = Path(__file__).resolve().parents[1]  # holds search_spaces/, the shipped spaces
 SPACE_KEYS = {"checkpointing", "precision", "micro_batch", "offload", "allocator"}
 
 

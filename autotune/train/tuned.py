@@ -26,10 +26,10 @@ from typing import Optional, Sequence
 import torch
 import yaml
 
-from autotune.exporters import hf_training_args, lightning_trainer_kwargs
-from autotune.strategy import (Strategy, allocator_env, apply_checkpointing, autocast_context, checkpoint_fraction,
+from autotune.train.exporters import hf_training_args, lightning_trainer_kwargs
+from autotune.train.strategy import (Strategy, allocator_env, apply_checkpointing, autocast_context, checkpoint_fraction,
                                forward_context, make_scaler, offload_context)
-from autotune.workload import find_blocks
+from autotune.train.workload import find_blocks
 
 
 @dataclass

@@ -10,7 +10,7 @@ import statistics
 import optuna
 import pandas as pd
 
-from autotune.claims import cut_short, is_duplicate
+from autotune.store.claims import cut_short, is_duplicate
 
 MEMORY_AGREEMENT = 0.02  # runs of one configuration whose peaks differ by more are flagged
 

@@ -1,6 +1,6 @@
 """The run-time check that a trial starts as a fresh process would, before it measures.
 
-Isolation is structural (each trial is a process of its own: ``autotune/forkserver.py``),
+Isolation is structural (each trial is a process of its own: ``autotune/trial/forkserver.py``),
 and this check makes it verifiable: a trial refuses to measure in a process that has run
 a trial before, that still holds an earlier trial's model parameters, or whose CUDA
 allocator already holds memory. A trial that fails it ends ``error`` with the reason, and

@@ -1,0 +1,305 @@
+"""The Pareto report: a self-contained HTML page (interactive inline SVG plots, a sortable
+trials table, no network) and a PNG of the main plot.
+
+A pure function of the scored trials table plus run metadata. Rebuild it for a finished
+run or study without running anything:
+
+    python -m autotune.report outputs/2026-12-03/10-00-00 [--out DIR]
+    python -m autotune.report outputs/autotune.db --study NAME --out DIR
+"""
+from __future__ import annotations
+
+import html
+import re
+from pathlib import Path, PurePosixPath
+from typing import List, Optional
+from urllib.parse import quote
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from autotune.results import svgplot  # noqa: E402
+from autotune.scoring.effects import strategy_effects  # noqa: E402
+from autotune.scoring.score import Baseline  # noqa: E402
+from autotune.train.strategy import checkpoint_fraction, checkpoint_label  # noqa: E402
+from autotune.system.safe_write import replacing, write_text  # noqa: E402
+from autotune.store.storage import redact  # noqa: E402
+from autotune.store.table import MEMORY_AGREEMENT  # noqa: E402
+
+PRECISION_COLOURS = {"fp32": "#1f77b4", "bf16": "#2ca02c", "fp16": "#ff7f0e"}
+CHECKPOINT_MARKERS = ["o", "^", "D", "v", "P", "X", "s"]  # by checkpointed fraction: none first, full last
+TABLE_COLUMNS = ["number", "status", "checkpointing", "precision", "micro_batch", "accumulation", "offload",
+                 "allocator", "peak_memory_gib", "device_peak_gib", "peak_allocated_gib", "fragmentation_gib",
+                 "num_alloc_retries", "samples_per_s", "time_spread", "noisy", "samples_per_s_runs", "peak_memory_gib_runs", "roi",
+                 "fits_budget", "on_pareto", "cause"]
+
+
+def _marker(ckpt, all_ckpt) -> str:
+    order = sorted(set(all_ckpt), key=checkpoint_fraction)
+    if checkpoint_fraction(ckpt) == 1.0:
+        return "s"
+    return CHECKPOINT_MARKERS[min(order.index(ckpt), len(CHECKPOINT_MARKERS) - 2)]
+
+
+def pareto_figure(scored: pd.DataFrame, best: Optional[int], budgets: List[float], baseline: Baseline,
+                  title: str) -> plt.Figure:
+    fig, ax = plt.subplots(figsize=(8.5, 5.2), dpi=110)
+    ok = scored[(scored["status"] == "ok") & np.isfinite(scored["peak_memory_gib"])].copy()
+    ok["checkpointing"] = ok["checkpointing"].map(checkpoint_label)
+    ok["offload"] = ok.get("offload", False)
+    for (ckpt, prec, offload), g in ok.groupby(["checkpointing", "precision", "offload"]):
+        fits = g[g["fits_budget"]]
+        over = g[~g["fits_budget"]]
+        colour = PRECISION_COLOURS.get(prec, "grey")
+        style = dict(marker=_marker(ckpt, ok["checkpointing"]), edgecolors=colour,
+                     facecolors="none" if offload is True else colour)
+        ax.scatter(fits["peak_memory_gib"], fits["samples_per_s"], s=46,
+                   label=f"ckpt {ckpt} / {prec}" + (" / offload" if offload is True else ""), **style)
+        if len(over):
+            ax.scatter(over["peak_memory_gib"], over["samples_per_s"], s=46, alpha=0.35, **style)
+        for _, r in g.iterrows():
+            ax.annotate(f"mb{int(r['micro_batch'])}", (r["peak_memory_gib"], r["samples_per_s"]),
+                        textcoords="offset points", xytext=(4, 4), fontsize=7, color="#555")
+    front = scored[scored["on_pareto"]].sort_values("peak_memory_gib")
+    if len(front):
+        ax.plot(front["peak_memory_gib"], front["samples_per_s"], color="black", lw=1.2, alpha=0.7,
+                label="Pareto front")
+    if best is not None:
+        b = scored.loc[best]
+        ax.scatter([b["peak_memory_gib"]], [b["samples_per_s"]], marker="*", s=420, facecolor="none",
+                   edgecolor="red", linewidth=1.6, label="best", zorder=5)
+    if baseline.measured and baseline.samples_per_s:
+        ax.scatter([baseline.peak_memory_gib], [baseline.samples_per_s], marker="D", s=110, facecolor="none",
+                   edgecolor="black", label="baseline", zorder=4)
+    # A budget far right of every point (the device's whole memory, say) would squash them.
+    top = float(ok["peak_memory_gib"].max()) if len(ok) else max(budgets)
+    xmax = max([top] + [b for b in budgets if b <= 2 * top]) * 1.1
+    for i, budget in enumerate(sorted(budgets)):
+        if budget <= xmax:
+            ax.axvline(budget, color="red", ls=["--", ":", "-."][i % 3], lw=1, label=f"budget {budget:.1f} GiB")
+        else:
+            ax.plot([], [], " ", label=f"budget {budget:.1f} GiB (beyond the right edge)")
+    failed = scored[~scored["status"].isin(["ok", "skipped", "pruned"])]
+    if len(failed):
+        ax.scatter(np.full(len(failed), min(max(budgets), xmax)), np.zeros(len(failed)), marker="x", color="red",
+                   s=40, label=f"failed ({len(failed)}: {', '.join(sorted(set(failed['status'])))})", clip_on=False)
+    ax.set_xlabel("peak memory (GiB)  - lower is better")
+    ax.set_ylabel("throughput (samples/s)  - higher is better")
+    ax.set_title(title.replace("$", r"\$"), fontsize=10)  # a name's $...$ is text, not mathtext
+    ax.grid(alpha=0.3)
+    ax.set_ylim(bottom=0)
+    ax.set_xlim(left=0, right=xmax)
+    ax.legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    return fig
+
+
+# Sorts a table by the clicked header: numbers as numbers, blanks last; again to reverse.
+SORT_SCRIPT = """
+document.querySelectorAll("table.sortable th").forEach(function (th, col) {
+  th.style.cursor = "pointer";
+  th.addEventListener("click", function () {
+    var body = th.closest("table").tBodies[0], rows = Array.from(body.rows);
+    var dir = th.dataset.dir === "asc" ? -1 : 1; th.dataset.dir = dir === 1 ? "asc" : "desc";
+    function key(r) { var t = r.cells[col].textContent.trim(), n = parseFloat(t.replace("%", ""));
+                      return t === "" ? null : (isNaN(n) ? t : n); }
+    rows.sort(function (a, b) { var x = key(a), y = key(b);
+      if (x === null) return 1; if (y === null) return -1;
+      return (x < y ? -1 : x > y ? 1 : 0) * dir; });
+    rows.forEach(function (r) { body.appendChild(r); });
+  });
+});
+"""
+
+
+def _ok_points(scored: pd.DataFrame) -> pd.DataFrame:
+    return scored[(scored["status"] == "ok") & np.isfinite(scored["peak_memory_gib"])
+                  & np.isfinite(scored["samples_per_s"])]
+
+
+def _pareto_svg(scored: pd.DataFrame, best: Optional[int], baseline: Baseline, meta: dict) -> str:
+    ok = _ok_points(scored)
+    front = scored[scored["on_pareto"]].sort_values("peak_memory_gib")
+    best_mark = None
+    if best is not None:
+        b = scored.loc[best]
+        best_mark = svgplot.Mark(float(b["peak_memory_gib"]), float(b["samples_per_s"]),
+                                 "best by " + meta["objective"] + "\n" + svgplot.trial_hover(b))
+    base_mark = None
+    if baseline.measured and baseline.samples_per_s:
+        base_mark = svgplot.Mark(baseline.peak_memory_gib, baseline.samples_per_s, f"baseline: {baseline.note}")
+    budgets = [(float(b), f"budget {b:g} GiB") for b in meta["budgets"]]
+    return svgplot.scatter(ok, "peak_memory_gib", "samples_per_s", "peak memory (GiB) - lower is better",
+                           "throughput (samples/s) - higher is better", "pareto-svg", front=front, best=best_mark,
+                           baseline=base_mark, vlines=budgets)
+
+
+def _roi_svg(scored: pd.DataFrame, best: Optional[int]) -> str:
+    ok = _ok_points(scored)
+    ok = ok[np.isfinite(ok["roi"]) & np.isfinite(ok["memory_saved_gib"])] if "roi" in ok else ok.iloc[:0]
+    if ok.empty:
+        return "<p>No ROI: the baseline (none / fp32 / micro_batch = global batch) did not run ok.</p>"
+    best_mark = None
+    if best is not None and best in ok.index:
+        b = ok.loc[best]
+        best_mark = svgplot.Mark(float(b["memory_saved_gib"]), float(b["roi"]), "best\n" + svgplot.trial_hover(b))
+    return svgplot.scatter(ok, "memory_saved_gib", "roi", "memory saved against the baseline (GiB)",
+                           "ROI (USD over the job)", "roi-svg", best=best_mark, x_from_zero=False)
+
+
+def _environment_html(meta: dict) -> str:
+    rows = [("device", meta.get("device_name")), ("device memory", _gib(meta.get("device_memory_gib"))),
+            ("driver", meta.get("driver")), ("torch", meta.get("torch_version") or meta.get("torch")),
+            ("CUDA", meta.get("cuda_version")), ("transformers", meta.get("transformers_version")),
+            ("Python", meta.get("python"))]
+    cells = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>" for k, v in rows if v)
+    return f"<table class='environment'>{cells}</table>"
+
+
+def _profile_html(meta: dict) -> str:
+    trace = meta.get("profile")
+    if not trace or not _run_relative(str(trace)):  # a link only to a file the run wrote beside the page
+        return ""
+    href, text = html.escape(quote(str(trace)), quote=True), html.escape(str(trace))
+    return (f"<h2>Profile of the best configuration</h2><p>torch.profiler trace of its measured steps, from a run of "
+            f"its own: <a href=\"{href}\">{text}</a> (open it in chrome://tracing or Perfetto); the operators "
+            f"that took the most time are in <code>profile/top_ops.txt</code>.</p>")
+
+
+def _run_relative(path: str) -> bool:
+    """A relative path inside the run directory: no scheme (javascript:, http:), no root, no ..."""
+    p = PurePosixPath(path)
+    return bool(re.fullmatch(r"[\w./-]+", path)) and not p.is_absolute() and ".." not in p.parts
+
+
+def _esc(value) -> str:
+    """Every value put into the page goes through here: read back from a study or a file, it
+    may be anything (the report escapes at the point of interpolation, whatever the source)."""
+    return html.escape(str(value))
+
+
+def _num(value, fmt: str = "g") -> str:
+    """A number as text for the page; whatever else was read back, escaped."""
+    try:
+        return format(float(value), fmt)
+    except (TypeError, ValueError):
+        return html.escape(str(value))
+
+
+def _gib(v) -> Optional[str]:
+    return None if v is None else f"{v:g} GiB"
+
+
+def _table(df: pd.DataFrame, percent: tuple = (), table_id: Optional[str] = None) -> str:
+    out = df.copy()
+    for c in out.columns:
+        if c in percent:
+            out[c] = out[c].map(lambda v: "" if pd.isna(v) else f"{100 * v:+.0f} %")
+        elif out[c].dtype.kind == "f":
+            out[c] = out[c].map(lambda v: "" if pd.isna(v) else f"{v:.4g}")
+        elif out[c].dtype.kind == "O":
+            out[c] = out[c].map(lambda v: "" if v is None or (isinstance(v, float) and pd.isna(v)) else v)
+    page = out.to_html(index=False, escape=True, border=0, na_rep="",
+                       classes="sortable" if table_id else None, table_id=table_id)
+    return page
+
+
+def write_report(run_dir: Path, scored: pd.DataFrame, best: Optional[int], baseline: Baseline, meta: dict,
+                 per_budget: Optional[pd.DataFrame] = None) -> Path:
+    """Write report.html and pareto.png into run_dir; returns the HTML path.
+
+    ``scored`` is scored at the primary budget; ``per_budget`` (several budgets) holds the
+    winner of each budget and why it won."""
+    title = f"{meta['model']} on {meta['device_name']} - global batch {meta['global_batch']}"
+    fig = pareto_figure(scored, best, meta["budgets"], baseline, title)
+    with replacing(run_dir / "pareto.png") as tmp:
+        fig.savefig(tmp)  # for terminals and READMEs; the page draws its own
+    plt.close(fig)
+
+    esc = _esc
+    cols = [c for c in TABLE_COLUMNS if c in scored.columns]
+    front = scored[scored["on_pareto"]].sort_values("peak_memory_gib")[cols]
+    effects = strategy_effects(scored, meta["global_batch"])
+    skipped = scored[scored["status"] == "skipped"]
+    best_html = "<p><b>No configuration fits the budget.</b></p>"
+    if best is not None:
+        b = scored.loc[best]
+        best_html = (f"<p class='best'>Best by <b>{esc(meta['objective'])}</b>: checkpointing <b>{esc(b['checkpointing'])}</b>, "
+                     f"precision <b>{esc(b['precision'])}</b>, micro_batch <b>{int(b['micro_batch'])}</b> x accumulation "
+                     f"<b>{int(b['accumulation'])}</b> - peak {b['peak_memory_gib']:.2f} GiB, {b['samples_per_s']:.1f} samples/s"
+                     + (f", ROI {b['roi']:.2f}" if pd.notna(b.get("roi")) else "") + "</p>")
+    notes = [f"Baseline (none / fp32 / micro_batch = global batch): {esc(baseline.note)}."]
+    if meta.get("memory_cap_gib"):
+        notes.append(f"Every trial ran with its CUDA allocator capped to {_num(meta['memory_cap_gib'])} GiB less its CUDA "
+                     "context (torch.cuda.set_per_process_memory_fraction), as on a card of that size; a trial fits a "
+                     "budget when its reserved memory plus the context stays within it. Not simulated: the smaller "
+                     "card's speed, and memory other processes would hold on it.")
+    if meta.get("reductions"):
+        notes.append("CPU run with a reduced model so it finishes in minutes: " + esc(", ".join(meta["reductions"]))
+                     + ". GPU runs use the full size.")
+    if "samples_per_s_runs" in scored.columns and scored["samples_per_s_runs"].notna().any():
+        notes.append("The close contenders were measured again in fresh processes; their samples/s is the median "
+                     "over every process (samples_per_s_runs), time_spread the larger of the within-process and "
+                     "between-process spreads. A difference inside the spread decides nothing: among configurations "
+                     "tied within it, a stable one wins, then the one using less memory.")
+    noisy = scored[scored.get("noisy", pd.Series(False, index=scored.index)).fillna(False).astype(bool)]
+    if len(noisy):
+        notes.append(f"{len(noisy)} trial(s) flagged noisy (timing spread above 10 %): "
+                     + esc(", ".join(str(int(n)) for n in noisy["number"])) + ".")
+    disagree = scored[scored.get("memory_disagrees", pd.Series(False, index=scored.index)).fillna(False).astype(bool)]
+    if len(disagree):
+        notes.append(f"{len(disagree)} configuration(s) whose runs' peak memory differs by more than "
+                     f"{100 * MEMORY_AGREEMENT:.0f} % (peak_memory_gib_runs; the largest is used): trials "
+                     + esc(", ".join(str(int(n)) for n in disagree["number"])) + ".")
+    if len(skipped):
+        notes.append(f"{len(skipped)} configuration(s) skipped, never run: "
+                     + esc("; ".join(sorted(set(skipped["cause"].dropna())))) + ".")
+    pruned = scored[scored["status"] == "pruned"]
+    if len(pruned):
+        notes.append(f"{len(pruned)} configuration(s) pruned, never run: the same strategy ran out of memory at a "
+                     "smaller micro-batch (trials " + esc(", ".join(str(int(n)) for n in pruned["number"])) + ").")
+    budget_html = ""
+    if per_budget is not None:
+        budget_html = ("<h2>Best per budget</h2>\n<p>The same trials, judged against each budget (the table and "
+                       f"plot below use the first, {_num(meta['budget_gib'])} GiB).</p>\n" + _table(per_budget))
+    page = f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>autotune report - {esc(title)}</title>
+<style>
+body {{ font-family: sans-serif; margin: 1.5em; max-width: 1200px; color: #222; }}
+table {{ border-collapse: collapse; font-size: 0.85em; margin-bottom: 1.5em; }}
+th, td {{ padding: 3px 8px; border-bottom: 1px solid #ddd; text-align: right; }}
+th {{ background: #f3f3f3; }} .best {{ font-size: 1.1em; }} code {{ background: #f3f3f3; padding: 1px 4px; }}
+</style></head><body>
+<h1>autotune report</h1>
+<p>{esc(title)} - seq_len {esc(str(meta['seq_len']))} - budget {", ".join(_num(b, '.1f') for b in meta["budgets"])} GiB - device {esc(meta['device_name'])}{" - torch " + esc(meta["torch"]) if meta.get("torch") else ""}</p>
+<p>Command: <code>{esc(redact(meta['command']))}</code></p>
+{best_html}
+<ul>{''.join(f'<li>{n}</li>' for n in notes)}</ul>
+{budget_html}
+<h2>Pareto plot: memory against throughput</h2>
+<p>Hover a point for its configuration. Up and left is better.</p>
+<div id="pareto-plot">{_pareto_svg(scored, best, baseline, meta)}</div>
+<h2>ROI against memory saved</h2>
+<p>ROI of each configuration that ran, against the memory it saves over the baseline.</p>
+<div id="roi-plot">{_roi_svg(scored, best)}</div>
+<h2>Pareto front</h2>
+{_table(front)}
+<h2>Strategy effects against none / fp32 (measured) beside the article's claims</h2>
+{_table(effects, percent=("memory_change", "time_change"))}
+<h2>All trials</h2>
+<p>Click a column's header to sort by it.</p>
+{_table(scored[cols], table_id="trials")}
+<h2>Measured on</h2>
+{_environment_html(meta)}
+<p>Reproduce: <code>{esc(redact(meta['command']))}</code> (a new study_name measures again; the same one resumes).</p>
+{_profile_html(meta)}
+<script>{SORT_SCRIPT}</script>
+</body></html>
+"""
+    path = run_dir / "report.html"
+    write_text(path, page)
+    return path
