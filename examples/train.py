@@ -51,7 +51,7 @@ def train(tuned, model: torch.nn.Module, device: torch.device, steps: int, warmu
         start = time.perf_counter()
         total = torch.zeros((), device=device)
         for _ in range(tuned.accumulation):  # micro_batch x accumulation = the global batch
-            with tuned.forward(device.type):  # autocast, and activation offload if tuned
+            with tuned.forward_context(device.type):  # autocast, and activation offload if tuned
                 loss = model(**batch).loss / tuned.accumulation
             scaler.scale(loss).backward()
             total += loss.detach().float()

@@ -1,6 +1,7 @@
 """examples/train.py trains with a best.yaml, and the tuned strategy is really applied."""
 import importlib.util
 import json
+import re
 import subprocess
 import sys
 
@@ -67,6 +68,22 @@ def test_load_tuned_rejects_a_file_that_is_not_a_best_yaml(tmp_path):
         load_tuned(bad)
 
 
+def test_best_yaml_carries_its_format_and_is_read_through_the_schema(tmp_path):
+    path = best_yaml(tmp_path)
+    data = yaml.safe_load(path.read_text())
+    assert load_tuned(path).micro_batch == 2  # a best.yaml from before the format key reads the same
+    for fmt, message in ((99, "format=99: this autotune reads best.yaml format 1"), ("one", "format='one'")):
+        path.write_text(yaml.safe_dump({**data, "format": fmt}))
+        with pytest.raises(ValueError, match=re.escape(message)):
+            load_tuned(path)
+    path.write_text(yaml.safe_dump({**data, "format": 1, "budget": 24}))  # a key the schema does not know
+    with pytest.raises(ValueError, match=r"best.yaml: budget: Key 'budget' not in 'BestConfig'"):
+        load_tuned(path)
+    path.write_text(yaml.safe_dump({**data, "measured": {"samples_per_s": "fast"}}))
+    with pytest.raises(ValueError, match=r"measured.samples_per_s: Value 'fast' of type 'str' could not be converted"):
+        load_tuned(path)
+
+
 def test_example_runs_as_a_script(tmp_path):
     out = subprocess.run([sys.executable, "examples/train.py", str(best_yaml(tmp_path, precision="fp32")),
                           "--steps", "3", "--device", "cpu"], cwd=ROOT, capture_output=True, text=True, timeout=300)
@@ -93,6 +110,14 @@ def test_best_yaml_composes_into_a_hydra_app_as_a_config_group(tmp_path):
                              capture_output=True, text=True, timeout=300)
         assert out.returncode == 0, out.stdout + out.stderr
         runs[choice] = json.loads(out.stdout.strip().splitlines()[-1])
+    # The schema types the group: a copied best.yaml with a wrong type fails as the app composes it.
+    bad = yaml.safe_load((group / "mine.yaml").read_text())
+    bad["strategy"]["micro_batch"] = "four"
+    (group / "bad.yaml").write_text(yaml.safe_dump(bad))
+    out = subprocess.run([sys.executable, str(app), "tuned=bad", "steps=3", "device=cpu",
+                          f"hydra.run.dir={tmp_path / 'bad'}", f"hydra.searchpath=[file://{tmp_path / 'conf'}]"],
+                         cwd=tmp_path, env=trial_env(), capture_output=True, text=True, timeout=300)
+    assert out.returncode == 1 and "tuned.strategy.micro_batch" in out.stderr and "four" in out.stderr, out.stderr
     assert runs["example"]["strategy"] == "ckpt=0.5 prec=fp32 mb=4 acc=2"
     assert runs["mine"]["strategy"] == "ckpt=full prec=fp32 mb=2 acc=4"
     assert all(r["steps"] == 3 and r["final_loss"] > 0 for r in runs.values())

@@ -127,3 +127,15 @@ def test_the_checks_catch_what_they_are_for():
     assert "autotune.train.strategy" in graph["autotune.scoring.score"]
     assert "autotune.study.config" in graph["autotune.results.review"]  # a lazy import, inside a function
     assert _floor("autotune.tune") is None and _floor("autotune.study.driver") == "study"
+
+
+def test_linux_only_calls_live_in_one_module():
+    """/proc, prctl, mallopt, flock and CPU affinity are in system/linux.py alone, so a port
+    to another OS has one file to read."""
+    import re
+
+    linux_only = re.compile(r"""open\(f?["']/proc|\.prctl\(|\.mallopt\(|fcntl\.|sched_getaffinity""")
+    offenders = [f"{p.relative_to(ROOT)}:{i}" for p in ROOT.rglob("*.py") if p.name != "linux.py"
+                 for i, line in enumerate(p.read_text().splitlines(), 1) if linux_only.search(line)]
+    assert not offenders, offenders
+    assert linux_only.search('with open("/proc/self/statm") as f:')  # the pattern sees what it is for

@@ -85,7 +85,7 @@ def test_tuned_offload_and_allocator_round_trip_through_best_yaml(tmp_path, monk
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
     tuned.set_allocator()
     assert environ == {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
-    assert saved_by_autograd(tuned.forward("cpu")) == 0  # saved tensors go through save_on_cpu
+    assert saved_by_autograd(tuned.forward_context("cpu")) == 0  # saved tensors go through save_on_cpu
     # apply() carries offload on the model itself, and the allocator setting.
     tuned = load_tuned(best_yaml(tmp_path, checkpointing="none", precision="fp32", offload=True,
                                  allocator="expandable"))

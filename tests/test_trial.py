@@ -3,6 +3,7 @@ import json
 import subprocess
 import sys
 
+import pandas as pd
 import pytest
 
 from autotune.trial.runner import run_trial
@@ -103,3 +104,44 @@ def test_trial_runs_by_hand(tmp_path):
     result = json.loads((tmp_path / "result.json").read_text())
     assert result["status"] == "ok"
     assert json.loads(out.stdout.strip().splitlines()[-1])["status"] == "ok"
+
+
+def test_the_two_seams_are_protocols_that_what_exists_implements():
+    """Runner and Search: every implementation has the protocol's methods with its parameters."""
+    import inspect
+
+    from autotune.search import QueueSearch, Search
+    from autotune.search.sampled import SampledSearch
+    from autotune.study.replay import Replay
+    from autotune.trial.runner import ForkServer, Runner, run_trial
+
+    def params(f):
+        return [p for p in inspect.signature(f).parameters if p != "self"]
+
+    expected = params(Runner.__call__)
+    assert expected == ["spec", "trial_dir", "timeout_s", "env"]
+    for impl in (run_trial, ForkServer.__call__, Replay.__call__):
+        assert params(impl) == expected, impl
+    assert isinstance(run_trial, Runner) and isinstance(Replay(pd.DataFrame({"checkpointing": []})), Runner)
+    for cls in (QueueSearch, SampledSearch):
+        for method in ("start", "next_trial"):
+            assert params(getattr(cls, method)) == params(getattr(Search, method)), (cls, method)
+
+
+def test_a_spec_with_a_key_one_side_does_not_know_is_refused_naming_it(tmp_path):
+    from autotune.trial.contract import TrialSpec
+
+    spec = {"model": {"name": "tiny", "target": "tests.workloads:tiny", "config": {}}, "seq_len": 8, "device": "cpu",
+            "strategy": {"checkpointing": "none", "precision": "fp32", "micro_batch": 2, "accumulation": 1},
+            "warmup_steps": 1, "measure_steps": 1}
+    assert TrialSpec.from_dict(spec).to_dict()["min_measure_s"] == 0.0
+    with pytest.raises(ValueError, match=r"unknown key\(s\) \['warmup'\]"):
+        TrialSpec.from_dict({**spec, "warmup": 3})
+    with pytest.raises(ValueError, match="seq_len"):
+        TrialSpec.from_dict({k: v for k, v in spec.items() if k != "seq_len"})
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps({**spec, "warmup": 3}))
+    from autotune.trial.run import run_spec_file
+
+    result = run_spec_file(path)
+    assert result["status"] == "error" and "unknown key(s) ['warmup']" in result["cause"]

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from autotune.store.claims import ORPHANED
-from autotune.study.plan import usable_cores
+from autotune.system.linux import usable_cores
 from autotune.store.storage import make_storage
 from tests.conftest import ROOT, cli_command, trial_env
 from tests.test_reliability import faulty, space_file, study_trials

@@ -1,6 +1,7 @@
 """Write a run's tables and tuned config, and the summary printed at the end."""
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 from typing import List, Optional
 
@@ -8,6 +9,7 @@ import pandas as pd
 import yaml
 
 from autotune.system.safe_write import replacing, write_text
+from autotune.train.best_schema import BestConfig, Measured, TunedDevice, TunedModel, TunedStrategy
 from autotune.scoring.budgets import BudgetResult, budget_label
 from autotune.study.plan import Plan
 from autotune.scoring.score import Baseline
@@ -27,27 +29,25 @@ def pareto_table(scored: pd.DataFrame) -> pd.DataFrame:
 
 
 def best_config(plan: Plan, row: pd.Series, baseline: Baseline, command: str, budget_gib: float) -> dict:
+    """The content of best.yaml, built through its schema (``train/best_schema.py``)."""
     def num(v):
         return None if pd.isna(v) else float(v)
 
-    return {
-        "strategy": {"checkpointing": checkpoint_label(row["checkpointing"]), "precision": row["precision"],
-                     "micro_batch": int(row["micro_batch"]), "accumulation": int(row["accumulation"]),
-                     "offload": bool(row.get("offload", False)), "allocator": row.get("allocator", "default")},
-        "global_batch": plan.global_batch,
-        "objective": plan.objective,
-        "budget_gib": round(budget_gib, 3),
-        "memory_cap_gib": plan.memory_cap_gib,  # the trials ran capped to this (None: uncapped)
-        "device": {"kind": plan.device.kind, "name": plan.device.name},
-        "model": {"name": plan.model_name, "target": plan.model_target, "config": plan.model_config,
-                  "seq_len": plan.seq_len},
-        "measured": {"trial": int(row["number"]), "peak_memory_gib": num(row["peak_memory_gib"]),
-                     "device_peak_gib": num(row.get("device_peak_gib")), "cuda_context_gib": num(row.get("cuda_context_gib")),
-                     "samples_per_s": num(row["samples_per_s"]),
-                     "time_spread": num(row.get("time_spread")), "roi": num(row.get("roi"))},
-        "baseline": baseline.as_dict(),
-        "command": command,
-    }
+    best = BestConfig(
+        strategy=TunedStrategy(checkpointing=checkpoint_label(row["checkpointing"]), precision=row["precision"],
+                               micro_batch=int(row["micro_batch"]), accumulation=int(row["accumulation"]),
+                               offload=bool(row.get("offload", False)), allocator=row.get("allocator", "default")),
+        global_batch=plan.global_batch, objective=plan.objective, budget_gib=round(budget_gib, 3),
+        memory_cap_gib=plan.memory_cap_gib,
+        device=TunedDevice(kind=plan.device.kind, name=plan.device.name),
+        model=TunedModel(name=plan.model_name, target=plan.model_target, config=dict(plan.model_config),
+                         seq_len=plan.seq_len),
+        measured=Measured(trial=int(row["number"]), peak_memory_gib=num(row["peak_memory_gib"]),
+                          device_peak_gib=num(row.get("device_peak_gib")),
+                          cuda_context_gib=num(row.get("cuda_context_gib")), samples_per_s=num(row["samples_per_s"]),
+                          time_spread=num(row.get("time_spread")), roi=num(row.get("roi"))),
+        baseline=baseline.as_dict(), command=command)
+    return asdict(best)
 
 
 def write_outputs(run_dir: Path, plan: Plan, results: List[BudgetResult], command: str) -> List[str]:

@@ -14,7 +14,7 @@ always run first, whatever the strategy.
 """
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import List, Optional, Protocol, runtime_checkable
 
 import optuna
 
@@ -23,6 +23,18 @@ from autotune.search.auto import AutoSearch, family_of
 from autotune.store.table import trials_table
 
 STRATEGIES = ("auto", "grid", "random", "tpe", "nsga2")
+
+
+@runtime_checkable
+class Search(Protocol):
+    """The seam where the next configuration is chosen. ``start`` prepares the study and
+    returns how many configurations it queued; ``next_trial`` returns one trial already
+    claimed for this driver, or None when there is nothing to run now. Implemented by
+    ``QueueSearch`` (grid, and auto through ``AutoSearch``) and ``sampled.SampledSearch``."""
+
+    def start(self, study: optuna.Study) -> int: ...
+
+    def next_trial(self, study: optuna.Study) -> Optional[optuna.Trial]: ...
 
 
 class QueueSearch:

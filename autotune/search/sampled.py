@@ -16,6 +16,7 @@ from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 
 from autotune.store.claims import claim, cut_short, is_duplicate, own, params_of
+from autotune.store.optuna_access import trial_id
 
 SAMPLERS = {
     "random": lambda seed: optuna.samplers.RandomSampler(seed=seed),
@@ -46,7 +47,7 @@ class SampledSearch:
             if not self.keys - set(held):
                 return None  # every configuration is measured, queued or running
             trial = study.ask(self.distributions)
-            own(study, trial._trial_id)
+            own(study, trial_id(trial))
             key = tuple(sorted(trial.params.items()))
             if key not in self.keys:  # a combination outside the grid (a micro-batch the space lacks)
                 trial.set_user_attr("duplicate_of", -1)

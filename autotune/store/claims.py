@@ -28,6 +28,9 @@ from typing import Iterable, List, Optional
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.system.linux import process_start
+from autotune.store.optuna_access import fixed_params, storage_of, study_id, trial_handle, trial_id
+
 ORPHANED = "the driver stopped while this trial ran"
 MAX_CUTS = 3  # a configuration a stopping driver cut short this often is given up (given_up)
 HEARTBEAT_S = 20.0
@@ -36,7 +39,7 @@ STALE_S = 6 * HEARTBEAT_S  # another host's trial counts as orphaned after this 
 
 def params_of(t: FrozenTrial) -> dict:
     """A trial's configuration: its parameters, or for a queued trial the ones it will take."""
-    return t.params or t.system_attrs.get("fixed_params", {})
+    return t.params or fixed_params(t)
 
 
 def config_key(t: FrozenTrial) -> tuple:
@@ -70,20 +73,9 @@ def enqueue_missing(study: optuna.Study, configs: Iterable[dict], user_attrs: Op
     return added
 
 
-def _process_start(pid: int) -> Optional[str]:
-    """The process's start time since boot, or None when it is gone. A zombie (dead, not
-    yet reaped: a killed worker its parent driver has not waited for) counts as gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return None if fields[0] in ("Z", "X") else fields[19]  # field 3: state; 22: start time
-    except (OSError, IndexError):
-        return None
-
-
 def owner() -> dict:
     pid = os.getpid()
-    return {"host": socket.gethostname(), "pid": pid, "start": _process_start(pid)}
+    return {"host": socket.gethostname(), "pid": pid, "start": process_start(pid)}
 
 
 def owner_alive(t: FrozenTrial, now: Optional[float] = None) -> bool:
@@ -96,35 +88,35 @@ def owner_alive(t: FrozenTrial, now: Optional[float] = None) -> bool:
         start = t.datetime_start  # naive local time, set by the storage on RUNNING
         return start is not None and now - start.timestamp() < STALE_S
     if o.get("host") == socket.gethostname():
-        return o.get("start") is not None and _process_start(int(o["pid"])) == o["start"]
+        return o.get("start") is not None and process_start(int(o["pid"])) == o["start"]
     beat = t.user_attrs.get("heartbeat", 0.0)
     return now - beat < STALE_S
 
 
 def claim(study: optuna.Study) -> Optional[optuna.Trial]:
     """Take one WAITING trial for this process, or None when none is left."""
-    storage = study._storage
-    for t in storage.get_all_trials(study._study_id, deepcopy=False, states=(TrialState.WAITING,)):
+    storage = storage_of(study)
+    for t in storage.get_all_trials(study_id(study), deepcopy=False, states=(TrialState.WAITING,)):
         try:
-            if not storage.set_trial_state_values(t._trial_id, state=TrialState.RUNNING):
+            if not storage.set_trial_state_values(trial_id(t), state=TrialState.RUNNING):
                 continue  # another driver took it first
         except optuna.exceptions.UpdateFinishedTrialError:
             continue
-        own(study, t._trial_id)
-        return optuna.Trial(study, t._trial_id)
+        own(study, trial_id(t))
+        return trial_handle(study, trial_id(t))
     return None
 
 
 def own(study: optuna.Study, trial_id: int) -> None:
     """Record this process as the owner of a RUNNING trial (claimed, or made by ask())."""
-    study._storage.set_trial_user_attr(trial_id, "owner", owner())
-    study._storage.set_trial_user_attr(trial_id, "heartbeat", time.time())
+    storage_of(study).set_trial_user_attr(trial_id, "owner", owner())
+    storage_of(study).set_trial_user_attr(trial_id, "heartbeat", time.time())
 
 
 def duplicate_of(study: optuna.Study, trial: optuna.Trial) -> Optional[int]:
     """The number of an earlier live trial holding the same configuration, if any."""
     trials = study.get_trials(deepcopy=False)
-    me = next(t for t in trials if t._trial_id == trial._trial_id)
+    me = next(t for t in trials if trial_id(t) == trial_id(trial))
     key = config_key(me)
     for t in trials:
         if t.number < me.number and config_key(t) == key and not is_duplicate(t) and not cut_short(t):
@@ -136,7 +128,7 @@ class Heartbeat:
     """Refresh a trial's heartbeat in a background thread while it runs."""
 
     def __init__(self, study: optuna.Study, trial_id: int):
-        self._storage, self._trial_id = study._storage, trial_id
+        self._storage, self._trial_id = storage_of(study), trial_id
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beat, daemon=True)
 
@@ -188,14 +180,14 @@ def recover(study: optuna.Study) -> List[dict]:
     dead driver, interrupted, or stopped because the model could not be built), until a
     stopping driver has cut it short MAX_CUTS times (``given_up``).
     """
-    storage = study._storage
+    storage = storage_of(study)
     now = time.time()
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         if not owner_alive(t, now):
             try:
-                storage.set_trial_user_attr(t._trial_id, "status", "crash")
-                storage.set_trial_user_attr(t._trial_id, "cause", ORPHANED)
-                storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+                storage.set_trial_user_attr(trial_id(t), "status", "crash")
+                storage.set_trial_user_attr(trial_id(t), "cause", ORPHANED)
+                storage.set_trial_state_values(trial_id(t), TrialState.FAIL)
             except optuna.exceptions.UpdateFinishedTrialError:
                 pass  # its owner finished it after all
     pending, attempts = _attempts(study)

@@ -10,7 +10,6 @@ a shared disk, since SQLite serialises writers and can time out under contention
 """
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import re
@@ -21,6 +20,8 @@ from typing import Optional
 
 import optuna
 
+from autotune.store.optuna_access import storage_of
+from autotune.system.linux import file_lock
 from autotune.system.safe_write import replacing
 
 
@@ -115,12 +116,8 @@ def _make_storage(url: str):
         path.parent.mkdir(parents=True, exist_ok=True)
         # Two drivers opening a new file at once would both create the schema and one
         # would fail; a lock file next to it makes them take turns.
-        with open(path.with_name(path.name + ".lock"), "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            try:
-                return _rdb_storage(url)
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
+        with file_lock(path.with_name(path.name + ".lock")):
+            return _rdb_storage(url)
     path = journal_path(url)
     if path is not None:
         check_journal(path)
@@ -323,7 +320,7 @@ def snapshot(study: optuna.Study, path: Path) -> None:
     """Copy the study into its own SQLite file (the run directory's record of it)."""
     try:
         with replacing(path) as tmp:
-            optuna.copy_study(from_study_name=study.study_name, from_storage=study._storage,
+            optuna.copy_study(from_study_name=study.study_name, from_storage=storage_of(study),
                               to_storage=f"sqlite:///{tmp.resolve()}")
     except Exception as e:  # a full disk or a read-only folder (SQLAlchemy's errors or OSError)
         raise StorageError(f"cannot write the study's snapshot {path} ({type(e).__name__}: "

@@ -23,11 +23,13 @@ from typing import Callable, Optional
 import optuna
 
 from autotune.study.plan import Plan
+from autotune.trial.contract import ModelSpec, TrialSpec
 from autotune.trial.runner import ForkServer, run_trial
 from autotune.search.space import skip_reason
 from autotune.trial.clean_start import trusted
 from autotune.store.claims import Heartbeat, cut_short, duplicate_of, enqueue_missing, is_duplicate, recover
 from autotune.search import QueueSearch, make_search
+from autotune.store.optuna_access import trial_id
 from autotune.store.storage import check_setup, open_study
 from autotune.store.table import trials_table
 from autotune.train.strategy import Strategy, allocator_env
@@ -46,18 +48,12 @@ def strategy_of(params: dict, global_batch: int) -> Strategy:
 
 
 def trial_spec(plan: Plan, strategy: Strategy) -> dict:
-    return {
-        "model": {"name": plan.model_name, "target": plan.model_target, "config": plan.model_config},
-        "seq_len": plan.seq_len,
-        "device": plan.device.torch_device,
-        "strategy": strategy.as_dict(),
-        "warmup_steps": plan.warmup_steps,
-        "measure_steps": plan.measure_steps,
-        "min_measure_s": plan.min_measure_s,
-        "lr": plan.lr,
-        "seed": plan.seed,
-        "memory_cap_gib": plan.memory_cap_gib,
-    }
+    """spec.json's content for one trial of this plan (``trial/contract.py``)."""
+    return TrialSpec(model=ModelSpec(name=plan.model_name, target=plan.model_target, config=dict(plan.model_config)),
+                     seq_len=plan.seq_len, device=plan.device.torch_device, strategy=strategy.as_dict(),
+                     warmup_steps=plan.warmup_steps, measure_steps=plan.measure_steps,
+                     min_measure_s=plan.min_measure_s, lr=plan.lr, seed=plan.seed,
+                     memory_cap_gib=plan.memory_cap_gib).to_dict()
 
 
 def _fmt(v, spec: str) -> str:
@@ -186,7 +182,7 @@ def _measure(study, trial: optuna.Trial, plan: Plan, run_dir: Path, choices: dic
     else:
         trial_dir = run_dir / "trials" / f"{trial.number:03d}"
         try:
-            with Heartbeat(study, trial._trial_id):
+            with Heartbeat(study, trial_id(trial)):
                 result = runner(trial_spec(plan, strategy), trial_dir, plan.timeout_s,
                                 env=allocator_env(strategy.allocator))
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the trial was killed; retried on resume

@@ -10,6 +10,8 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Optional
 
+from autotune.system.linux import cpu_model_name
+
 GIB = 1024**3
 
 
@@ -71,15 +73,7 @@ def _cpu_info() -> DeviceInfo:
         precisions.append("fp16")
     else:
         unsupported["fp16"] = "this CPU has no native fp16 (avx512_fp16/AMX-FP16); autocast would emulate it"
-    name = "cpu"
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    name = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
+    name = cpu_model_name() or "cpu"
     return DeviceInfo("cpu", 0, f"{name} ({os.cpu_count()} cores)", cpu_memory_gib(),
                       tuple(precisions), unsupported)
 

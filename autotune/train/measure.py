@@ -18,55 +18,19 @@ process forked from a pre-imported parent maps them again as it first runs the c
 """
 from __future__ import annotations
 
-import ctypes
-import resource
 import statistics
 import time
 from typing import List, Optional
 
 import torch
 
+from autotune.system.linux import mmap_threshold, peak_rss_bytes, reset_peak_rss, rss_bytes, status_bytes
 from autotune.train.device import GIB, nvml_handle, nvml_used_bytes
-
-
-def _rss_bytes() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * resource.getpagesize()
-
-
-def _status_bytes(field: str) -> Optional[int]:
-    """A memory field of /proc/self/status (``VmHWM``, ``RssFile``, ...) in bytes, or None."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
 
 
 def _rss_file_bytes() -> int:
     """Resident pages of mapped files (the libraries' code and data): not the trial's memory."""
-    return _status_bytes("RssFile") or 0
-
-
-def _peak_rss_bytes() -> int:
-    peak = _status_bytes("VmHWM")
-    return peak if peak is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
-
-
-_M_MMAP_THRESHOLD = -3  # glibc mallopt parameter
-
-
-def _mallopt_mmap_threshold(nbytes: int) -> bool:
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        ok = libc.mallopt(_M_MMAP_THRESHOLD, nbytes) == 1
-        libc.malloc_trim(0)
-        return ok
-    except (OSError, AttributeError):  # not glibc
-        return False
+    return status_bytes("RssFile") or 0
 
 
 class CpuMemory:
@@ -74,31 +38,26 @@ class CpuMemory:
     separate_window = True  # memory is measured in a step of its own, before the timed ones
 
     def __init__(self) -> None:
-        self.mapped = _mallopt_mmap_threshold(64 * 1024)
-        self.baseline = _rss_bytes()
+        self.mapped = mmap_threshold(64 * 1024)
+        self.baseline = rss_bytes()
         self.baseline_file = _rss_file_bytes()
         self.method = "lifetime peak RSS"
 
     def start_window(self) -> None:
-        try:
-            with open("/proc/self/clear_refs", "w") as f:
-                f.write("5")  # reset VmHWM to the current RSS
-            if self.mapped:
-                self.method = "peak RSS of one step, large allocations mapped"
-        except OSError:
-            pass  # the lifetime peak it is, recorded as such
+        if reset_peak_rss() and self.mapped:  # else the lifetime peak it is, recorded as such
+            self.method = "peak RSS of one step, large allocations mapped"
 
     def end_window(self) -> dict:
         result = self.finish()
-        _mallopt_mmap_threshold(32 * 1024 * 1024)
+        mmap_threshold(32 * 1024 * 1024)
         return result
 
     def in_use(self) -> int:
-        return _rss_bytes() - self.baseline
+        return rss_bytes() - self.baseline
 
     def finish(self) -> dict:
         library_pages = max(0, _rss_file_bytes() - self.baseline_file)
-        peak = _peak_rss_bytes() - self.baseline - library_pages
+        peak = peak_rss_bytes() - self.baseline - library_pages
         return {"peak_memory_gib": peak / GIB, "peak_rss_gib": peak / GIB, "baseline_rss_gib": self.baseline / GIB,
                 "cpu_memory_method": self.method}
 

@@ -28,7 +28,7 @@ from typing import Callable, List, Optional
 import torch
 
 from autotune.train.device import GIB, nvml_handle, nvml_used_bytes
-from autotune.train.measure import _peak_rss_bytes, _rss_bytes
+from autotune.system.linux import peak_rss_bytes, reset_peak_rss, rss_bytes
 
 log = logging.getLogger("autotune")
 
@@ -70,12 +70,8 @@ class track_memory(contextlib.ContextDecorator):
             torch.cuda.synchronize(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
         else:
-            self._rss0 = _rss_bytes()
-            try:
-                with open("/proc/self/clear_refs", "w") as f:
-                    f.write("5")  # the kernel's peak RSS counter restarts here
-            except OSError:
-                pass
+            self._rss0 = rss_bytes()
+            reset_peak_rss()  # the kernel's peak RSS counter restarts here
         return self
 
     def __exit__(self, *exc) -> bool:
@@ -88,7 +84,7 @@ class track_memory(contextlib.ContextDecorator):
                                      torch.cuda.max_memory_reserved(index) / GIB,
                                      None if used is None else used / GIB)
         else:
-            self.stats = MemoryStats("cpu", peak_rss_gib=max(0, _peak_rss_bytes() - self._rss0) / GIB)
+            self.stats = MemoryStats("cpu", peak_rss_gib=max(0, peak_rss_bytes() - self._rss0) / GIB)
         self.report(self.name, self.stats)
         return False
 
@@ -117,7 +113,7 @@ class LeakCheck:
         if cuda:
             torch.cuda.synchronize(self.device)
             return torch.cuda.memory_allocated(self.device)
-        return _rss_bytes()
+        return rss_bytes()
 
     def step(self) -> bool:
         """Record one step; True when it found steady growth (warned the first time)."""

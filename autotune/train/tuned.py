@@ -6,7 +6,7 @@
     scaler = tuned.scaler()                   # gradient scaling, enabled for fp16 only
     for step ...:
         for micro in range(tuned.accumulation):
-            with tuned.forward():             # the tuned precision, and offload if tuned
+            with tuned.forward_context():     # the tuned precision, and offload if tuned
                 loss = ... / tuned.accumulation
             scaler.scale(loss).backward()
         scaler.step(optimizer); scaler.update(); optimizer.zero_grad()
@@ -25,7 +25,10 @@ from typing import Optional, Sequence
 
 import torch
 import yaml
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
+from autotune.train.best_schema import BEST_FORMAT, BestConfig
 from autotune.train.exporters import hf_training_args, lightning_trainer_kwargs
 from autotune.train.strategy import (Strategy, allocator_env, apply_checkpointing, autocast_context, checkpoint_fraction,
                                forward_context, make_scaler, offload_context)
@@ -80,7 +83,7 @@ class Tuned:
           started, since the setting then cannot take effect).
 
         Precision stays a context around each forward (``tuned.autocast()`` or
-        ``tuned.forward()``), with ``tuned.scaler()`` for fp16."""
+        ``tuned.forward_context()``), with ``tuned.scaler()`` for fp16."""
         apply_checkpointing(find_blocks(model) if blocks is None else blocks, self.checkpointing)
         if self.offload and not getattr(model, "_autotune_offloaded", False):
             model.forward = _offloaded(model.forward, self.device_type)
@@ -91,9 +94,14 @@ class Tuned:
     def autocast(self, device_type: Optional[str] = None):
         return autocast_context(self.precision, device_type or self.device_type)
 
-    def forward(self, device_type: Optional[str] = None):
+    def forward_context(self, device_type: Optional[str] = None):
         """The context for each micro-step's forward: autocast, plus activation offload if tuned."""
         return forward_context(self.strategy, device_type or self.device_type)
+
+    def forward(self, device_type: Optional[str] = None):
+        """Deprecated name of ``forward_context`` (it is a context, not a forward pass)."""
+        warnings.warn("Tuned.forward() is renamed Tuned.forward_context()", DeprecationWarning, stacklevel=2)
+        return self.forward_context(device_type)
 
     def set_allocator(self) -> None:
         """Set PYTORCH_CUDA_ALLOC_CONF for the tuned allocator; call it before CUDA starts."""
@@ -180,6 +188,16 @@ def tuned_from_dict(data, source: str = "the tuned config") -> Tuned:
         raise bad("precision", "must be fp32, bf16 or fp16")
     if s.get("allocator", "default") not in ("default", "expandable"):
         raise bad("allocator", "must be default or expandable")
+    fmt = data.get("format", BEST_FORMAT)
+    if isinstance(fmt, bool) or not isinstance(fmt, int) or not 1 <= fmt <= BEST_FORMAT:
+        raise ValueError(f"{source}: format={fmt!r}: this autotune reads best.yaml format {BEST_FORMAT}; a newer "
+                         "format comes from a newer autotune (upgrade it), anything else is not a best.yaml")
+    try:  # the schema: no unknown key, every value of its type (train/best_schema.py)
+        OmegaConf.merge(OmegaConf.structured(BestConfig), data)
+    except OmegaConfBaseException as e:
+        key = getattr(e, "full_key", "") or "?"
+        raise ValueError(f"{source}: {key}: {str(e).splitlines()[0]}; correct it or use the best.yaml the run "
+                         "wrote") from None
     try:
         strategy = Strategy(checkpointing=str(s["checkpointing"]), precision=s["precision"],
                             micro_batch=s["micro_batch"], accumulation=s["accumulation"],

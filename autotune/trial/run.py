@@ -21,6 +21,7 @@ import torch  # noqa: E402
 
 from autotune.trial import clean_start  # noqa: E402
 from autotune.trial.clean_start import DirtyStart, check_clean_start, track  # noqa: E402
+from autotune.trial.contract import TrialResult, TrialSpec  # noqa: E402
 from autotune.train.measure import host_link_gib_s, memory_growth_gib, memory_probe, step_time_stats  # noqa: E402
 from autotune.train.strategy import Strategy, apply_checkpointing, forward_context, make_scaler  # noqa: E402
 
@@ -108,24 +109,26 @@ def batch_device(batch):
     return next(v.device for v in values if isinstance(v, torch.Tensor))
 
 
-def run(spec: dict) -> dict:
-    strategy = Strategy(**spec["strategy"])
-    device = spec["device"]
+def run(spec) -> dict:
+    """Run one trial in this process; ``spec`` is a TrialSpec or its dict (spec.json's content)."""
+    spec = TrialSpec.from_dict(spec)
+    strategy = Strategy(**spec.strategy)
+    device = spec.device
     device_type = "cuda" if device.startswith("cuda") else "cpu"
     sync = torch.cuda.synchronize if device_type == "cuda" else (lambda: None)
     timings = {}
 
-    builder = resolve_builder(spec["model"]["target"])
+    builder = resolve_builder(spec.model.target)
     probe = memory_probe(device)  # after imports (and CUDA start-up), before the model
     check_clean_start(device_type, getattr(probe, "index", 0))  # raises DirtyStart
-    limits = probe.limit(spec.get("memory_cap_gib")) if device_type == "cuda" else {}
+    limits = probe.limit(spec.memory_cap_gib) if device_type == "cuda" else {}
     # From the driver's launch (interpreter, imports, CUDA context) to here.
-    timings["startup_s"] = time.time() - spec.get("launched_at", time.time())
+    timings["startup_s"] = time.time() - (spec.launched_at or time.time())
 
     t = time.perf_counter()
-    torch.manual_seed(spec.get("seed", 0))
+    torch.manual_seed(spec.seed)
     try:
-        workload = builder(device=device, seq_len=spec["seq_len"], **spec["model"].get("config", {}))
+        workload = builder(device=device, seq_len=spec.seq_len, **spec.model.config)
     except torch.OutOfMemoryError:
         raise
     except Exception as e:
@@ -136,7 +139,7 @@ def run(spec: dict) -> dict:
         return {"status": "skipped", "cause": f"checkpointing={strategy.checkpointing} was asked for, but the model "
                 "exposes no blocks: give Workload(blocks=[...]) the repeated layers to checkpoint"}
     n_ckpt = apply_checkpointing(workload.blocks, strategy.checkpointing)
-    optimizer = torch.optim.AdamW(workload.model.parameters(), lr=spec.get("lr", 1e-4))
+    optimizer = torch.optim.AdamW(workload.model.parameters(), lr=spec.lr)
     scaler = make_scaler(strategy.precision, device_type)
     batch = workload.make_batch(strategy.micro_batch, torch.device(device))
     sync()
@@ -154,16 +157,16 @@ def run(spec: dict) -> dict:
         step()
         memory = probe.end_window()
 
-    warmup, measure = spec["warmup_steps"], spec["measure_steps"]
+    warmup, measure = spec.warmup_steps, spec.measure_steps
     # At least `measure` timed steps and at least `min_measure_s` seconds of them (as
     # torch.utils.benchmark's blocked_autorange does), at most MAX_MEASURE_STEPS.
-    min_measure_s = spec.get("min_measure_s", 0.0)
+    min_measure_s = spec.min_measure_s
     step_times, losses, in_use = [], [], []
     status, cause = "ok", None
     profiler = None
     i = 0
     while i < warmup + measure or (sum(step_times) < min_measure_s and len(step_times) < MAX_MEASURE_STEPS):
-        if i == warmup and spec.get("profile_dir"):
+        if i == warmup and spec.profile_dir:
             profiler = start_profiler(device_type)
         if i == warmup and memory is None:
             probe.start_window()
@@ -184,7 +187,7 @@ def run(spec: dict) -> dict:
     timings["measured_s"] = sum(step_times)
     if profiler is not None:
         profiler.__exit__(None, None, None)
-        write_profile(profiler, Path(spec["profile_dir"]), device_type)
+        write_profile(profiler, Path(spec.profile_dir), device_type)
     measured_memory = memory or probe.finish()  # before anything below can touch the allocator
     # What no micro-batch changes: parameters, their gradients and the optimizer's state
     # (the floor of the memory line the auto search fits).
@@ -192,7 +195,7 @@ def run(spec: dict) -> dict:
                                                           if isinstance(v, torch.Tensor)]
     static_bytes = sum(t.numel() * t.element_size() for t in tensors) + sum(
         p.numel() * p.element_size() for p in workload.model.parameters() if p.requires_grad)
-    timings["total_s"] = time.time() - spec.get("launched_at", time.time())
+    timings["total_s"] = time.time() - (spec.launched_at or time.time())
 
     result = {"status": status, "cause": cause, "device": device_type, "n_checkpointed": n_ckpt,
               "n_blocks": len(workload.blocks), "losses": losses, "step_times_s": step_times, "timings": timings,
@@ -232,7 +235,7 @@ def _write(path: Path, result: dict) -> None:
     os.replace(tmp, path)  # atomic: the driver never reads half a result
 
 
-def run_spec_file(spec_path: Path, extra: Optional[dict] = None) -> dict:
+def run_spec_file(spec_path: Path, extra: Optional[dict] = None) -> TrialResult:
     """Run the trial ``spec_path`` describes and write its result file; never raises for trial
     faults. ``extra``: fields added to the result (how the process was started)."""
     spec = json.loads(spec_path.read_text())

@@ -18,7 +18,20 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Protocol, runtime_checkable
+
+from autotune.system.linux import die_with_parent
+from autotune.trial.contract import TrialResult, TrialSpec
+
+
+@runtime_checkable
+class Runner(Protocol):
+    """The seam where a trial is run: given a spec, a folder of its own and a time limit,
+    return its result, whatever happened to it (never raise for a trial's fault).
+    Implemented by ``run_trial`` (a new interpreter), ``ForkServer`` (a forked child, the
+    default) and ``study.replay.Replay`` (a recorded table, no process)."""
+
+    def __call__(self, spec: dict, trial_dir: Path, timeout_s: float, env: Optional[dict] = None) -> TrialResult: ...
 
 
 def _tail(path: Path, lines: int = 5) -> str:
@@ -27,16 +40,6 @@ def _tail(path: Path, lines: int = 5) -> str:
     except OSError:
         return ""
     return " | ".join(text[-lines:])[-800:]
-
-
-def die_with_parent() -> None:
-    """In the child: get SIGKILL when the driver dies, even by SIGKILL (Linux prctl)."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6").prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
 
 
 def _kill_pgid(pgid: int) -> None:
@@ -54,8 +57,8 @@ def _prepare(spec: dict, trial_dir: Path, launched_at: Optional[float] = None) -
     trial_dir.mkdir(parents=True, exist_ok=True)
     spec_path, result_path, log_path = trial_dir / "spec.json", trial_dir / "result.json", trial_dir / "log.txt"
     result_path.unlink(missing_ok=True)
-    spec = dict(spec, result=str(result_path), launched_at=launched_at or time.time())
-    spec_path.write_text(json.dumps(spec, indent=1))
+    spec = TrialSpec.from_dict(spec).but(result=str(result_path), launched_at=launched_at or time.time())
+    spec_path.write_text(json.dumps(spec.to_dict(), indent=1))
     return spec_path, result_path, log_path
 
 

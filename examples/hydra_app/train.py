@@ -21,6 +21,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # examples/trai
 from train import build_model, train  # noqa: E402
 
 from autotune import tuned_from_dict  # noqa: E402
+from autotune.train.best_schema import register_tuned_schema  # noqa: E402
+
+register_tuned_schema()  # conf/config.yaml types the tuned group with it
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")

@@ -1,0 +1,111 @@
+"""Every Linux-only call in one place: /proc, prctl, glibc's mallopt, flock, CPU affinity.
+
+Each function degrades to a harmless answer where the call does not exist (another OS,
+another libc), and says so in its return value, so callers record what they could measure
+instead of failing. psutil would cover the /proc reads, but not prctl, mallopt or
+clear_refs, which the CPU memory measurement needs; one small module of plain calls is the
+smaller dependency.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import resource
+import signal
+from contextlib import contextmanager
+from typing import Optional
+
+_M_MMAP_THRESHOLD = -3  # glibc mallopt parameter
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """In a child: get SIGKILL when the parent dies, even by SIGKILL (prctl PR_SET_PDEATHSIG)."""
+    try:
+        ctypes.CDLL("libc.so.6").prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
+
+
+def process_start(pid: int) -> Optional[str]:
+    """A process's start time since boot (/proc/PID/stat), or None when it is gone. A zombie
+    (dead, not yet reaped) counts as gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return None if fields[0] in ("Z", "X") else fields[19]  # field 3: state; 22: start time
+    except (OSError, IndexError):
+        return None
+
+
+def cpu_model_name() -> Optional[str]:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity: a container's CPU set), not the host's."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize()
+
+
+def status_bytes(field: str) -> Optional[int]:
+    """A memory field of /proc/self/status (``VmHWM``, ``RssFile``, ...) in bytes, or None."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def peak_rss_bytes() -> int:
+    peak = status_bytes("VmHWM")
+    return peak if peak is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+
+
+def reset_peak_rss() -> bool:
+    """Restart the kernel's peak RSS counter (VmHWM) at the current RSS; False where it cannot."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def mmap_threshold(nbytes: int) -> bool:
+    """Make glibc map each allocation above ``nbytes`` on its own (returned to the system when
+    freed), and give back what its heap holds free; False where the libc is not glibc."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        ok = libc.mallopt(_M_MMAP_THRESHOLD, nbytes) == 1
+        libc.malloc_trim(0)
+        return ok
+    except (OSError, AttributeError):
+        return False
+
+
+@contextmanager
+def file_lock(path):
+    """An exclusive flock on ``path`` (created if missing) for the duration of the block."""
+    import fcntl
+
+    with open(path, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)

@@ -1,0 +1,77 @@
+"""The ``best.yaml`` contract: what a run writes and what ``load_tuned`` reads, as one typed
+schema with a format version.
+
+A run builds its ``best.yaml`` from ``BestConfig`` (``results/outputs.py``) and
+``tuned_from_dict`` reads it back through the same fields, so the keys are known in one
+place. A Hydra training app can type its ``tuned`` group with it, so a wrong key or type in
+a copied best.yaml fails when the app composes its config (examples/hydra_app/)::
+
+    register_tuned_schema()          # before @hydra.main; conf/config.yaml then lists
+    # defaults:
+    #   - autotune/best@tuned        # the schema first, at the group's package...
+    #   - tuned: mine                # ...then the copied best.yaml merges onto it
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, Optional
+
+# 1: the first versioned format. A best.yaml without ``format`` predates it and reads the same.
+BEST_FORMAT = 1
+
+
+@dataclass
+class TunedStrategy:
+    checkpointing: str = "none"  # none | full | a fraction of the blocks ("0.5")
+    precision: str = "fp32"  # fp32 | bf16 | fp16
+    micro_batch: int = 1
+    accumulation: int = 1  # micro_batch x accumulation = the global batch
+    offload: bool = False  # saved activations in pinned CPU memory
+    allocator: str = "default"  # default | expandable
+
+
+@dataclass
+class TunedDevice:
+    kind: str = "cuda"  # cuda | cpu: where the trials ran
+    name: Optional[str] = None
+
+
+@dataclass
+class TunedModel:
+    name: Optional[str] = None
+    target: Optional[str] = None  # the builder, package.module:function
+    config: Dict[str, Any] = field(default_factory=dict)
+    seq_len: Optional[int] = None
+
+
+@dataclass
+class Measured:
+    trial: Optional[int] = None  # the trial's number in the study
+    peak_memory_gib: Optional[float] = None  # peak reserved memory (CUDA) or peak RSS growth (CPU)
+    device_peak_gib: Optional[float] = None  # reserved plus the CUDA context
+    cuda_context_gib: Optional[float] = None
+    samples_per_s: Optional[float] = None
+    time_spread: Optional[float] = None
+    roi: Optional[float] = None
+
+
+@dataclass
+class BestConfig:
+    format: int = BEST_FORMAT
+    strategy: TunedStrategy = field(default_factory=TunedStrategy)
+    global_batch: Optional[int] = None
+    objective: Optional[str] = None  # roi | throughput
+    budget_gib: Optional[float] = None  # the budget this configuration was chosen for
+    memory_cap_gib: Optional[float] = None  # the trials ran capped to this (None: uncapped)
+    device: TunedDevice = field(default_factory=TunedDevice)
+    model: TunedModel = field(default_factory=TunedModel)
+    measured: Measured = field(default_factory=Measured)
+    baseline: Dict[str, Any] = field(default_factory=dict)
+    command: Optional[str] = None  # the command that reproduces the run
+
+
+def register_tuned_schema() -> None:
+    """Store the schema in Hydra's ConfigStore as ``autotune/best``."""
+    from hydra.core.config_store import ConfigStore
+
+    ConfigStore.instance().store(group="autotune", name="best", node=BestConfig)

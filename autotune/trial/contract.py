@@ -1,0 +1,96 @@
+"""The file contract between the driver and a trial process: ``spec.json`` in, ``result.json`` out.
+
+``TrialSpec`` is what the driver (``study/driver.py:trial_spec``), the runners, profiling and
+the benchmarks write, and what the trial process (``trial/run.py``) reads: one typed
+definition, checked when read, so a key that one side renames fails loudly at the other
+instead of silently taking a default. ``TrialResult`` names the fields a result carries;
+every status but ``ok`` carries ``cause``.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Dict, List, Optional, TypedDict
+
+# Every way a trial ends (the driver records one of these as the trial's ``status``).
+STATUSES = ("ok", "oom", "crash", "timeout", "nan", "error", "skipped", "pruned")
+
+
+@dataclass
+class ModelSpec:
+    name: str
+    target: str  # the builder, package.module:function
+    config: Dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class TrialSpec:
+    model: ModelSpec
+    seq_len: int
+    device: str  # cpu | cuda | cuda:N
+    strategy: Dict[str, Any]  # Strategy.as_dict()
+    warmup_steps: int
+    measure_steps: int
+    min_measure_s: float = 0.0
+    lr: float = 1e-4
+    seed: int = 0
+    memory_cap_gib: Optional[float] = None  # cap the allocator to this (a budget smaller than the card)
+    # Set by whoever launches the trial:
+    result: Optional[str] = None  # where to write result.json (default: beside spec.json)
+    launched_at: Optional[float] = None  # time.time() at launch: the trial's start-up is measured from it
+    profile_dir: Optional[str] = None  # profile=true: trace the timed steps into this folder
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "TrialSpec":
+        """Read a spec; an unknown or missing key is an error naming it."""
+        if isinstance(data, TrialSpec):
+            return data
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"trial spec: unknown key(s) {unknown}; known: {sorted(known)}")
+        try:
+            return cls(**{**data, "model": ModelSpec(**data["model"])})
+        except (KeyError, TypeError) as e:
+            raise ValueError(f"trial spec: {e}") from None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def but(self, **changes) -> "TrialSpec":
+        """A copy with some fields changed (a result path, a launch time, a profile folder)."""
+        return TrialSpec.from_dict({**self.to_dict(), **changes})
+
+
+class TrialResult(TypedDict, total=False):
+    """What result.json holds. Measurements appear only where the trial got that far."""
+
+    status: str  # one of STATUSES
+    cause: Optional[str]  # why, for every status but ok
+    phase: str  # error: "build" (the model builder failed) or "isolation" (the clean-start check)
+    device: str
+    pid: int
+    clean_start: bool
+    isolation: str  # fork | fresh
+    # memory
+    peak_memory_gib: float  # the figure scoring uses: peak reserved (CUDA) or peak RSS growth (CPU)
+    peak_allocated_gib: float
+    peak_reserved_gib: float
+    device_peak_gib: float  # NVML: reserved plus the CUDA context
+    cuda_context_gib: float
+    fragmentation_gib: float
+    num_alloc_retries: int
+    static_gib: float  # parameters, gradients, optimizer state
+    memory_growth_gib: float
+    saved_gib: float  # bytes autograd saves for backward at this micro-batch (offload's copies)
+    saved_per_sample_gib: float
+    host_link_gib_s: float
+    # time
+    samples_per_s: float
+    step_time_s: float
+    time_spread: float
+    step_times_s: List[float]
+    losses: List[float]
+    timings: Dict[str, float]  # startup_s, build_s, first_step_s, total_s
+    wall_s: float
+    n_checkpointed: int
+    n_blocks: int
