@@ -22,7 +22,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from autotune.results import svgplot  # noqa: E402
+from autotune.results import plot_style, svgplot  # noqa: E402
 from autotune.scoring.effects import strategy_effects  # noqa: E402
 from autotune.scoring.score import Baseline  # noqa: E402
 from autotune.train.strategy import checkpoint_fraction, checkpoint_label  # noqa: E402
@@ -30,19 +30,10 @@ from autotune.system.safe_write import replacing, write_text  # noqa: E402
 from autotune.store.storage import redact  # noqa: E402
 from autotune.store.table import MEMORY_AGREEMENT  # noqa: E402
 
-PRECISION_COLOURS = {"fp32": "#1f77b4", "bf16": "#2ca02c", "fp16": "#ff7f0e"}
-CHECKPOINT_MARKERS = ["o", "^", "D", "v", "P", "X", "s"]  # by checkpointed fraction: none first, full last
 TABLE_COLUMNS = ["number", "status", "checkpointing", "precision", "micro_batch", "accumulation", "offload",
                  "allocator", "peak_memory_gib", "device_peak_gib", "peak_allocated_gib", "fragmentation_gib",
                  "num_alloc_retries", "samples_per_s", "time_spread", "noisy", "samples_per_s_runs", "peak_memory_gib_runs", "roi",
                  "fits_budget", "on_pareto", "cause"]
-
-
-def _marker(ckpt, all_ckpt) -> str:
-    order = sorted(set(all_ckpt), key=checkpoint_fraction)
-    if checkpoint_fraction(ckpt) == 1.0:
-        return "s"
-    return CHECKPOINT_MARKERS[min(order.index(ckpt), len(CHECKPOINT_MARKERS) - 2)]
 
 
 def pareto_figure(scored: pd.DataFrame, best: Optional[int], budgets: List[float], baseline: Baseline,
@@ -51,11 +42,13 @@ def pareto_figure(scored: pd.DataFrame, best: Optional[int], budgets: List[float
     ok = scored[(scored["status"] == "ok") & np.isfinite(scored["peak_memory_gib"])].copy()
     ok["checkpointing"] = ok["checkpointing"].map(checkpoint_label)
     ok["offload"] = ok.get("offload", False)
+    fractions = _run_fractions(scored)
     for (ckpt, prec, offload), g in ok.groupby(["checkpointing", "precision", "offload"]):
         fits = g[g["fits_budget"]]
         over = g[~g["fits_budget"]]
-        colour = PRECISION_COLOURS.get(prec, "grey")
-        style = dict(marker=_marker(ckpt, ok["checkpointing"]), edgecolors=colour,
+        colour = plot_style.colour(prec)
+        shape = plot_style.marker(checkpoint_fraction(ckpt), fractions)
+        style = dict(marker=plot_style.MATPLOTLIB_MARKERS[shape], edgecolors=colour,
                      facecolors="none" if offload is True else colour)
         ax.scatter(fits["peak_memory_gib"], fits["samples_per_s"], s=46,
                    label=f"ckpt {ckpt} / {prec}" + (" / offload" if offload is True else ""), **style)
@@ -77,9 +70,10 @@ def pareto_figure(scored: pd.DataFrame, best: Optional[int], budgets: List[float
                    edgecolor="black", label="baseline", zorder=4)
     # A budget far right of every point (the device's whole memory, say) would squash them.
     top = float(ok["peak_memory_gib"].max()) if len(ok) else max(budgets)
-    xmax = max([top] + [b for b in budgets if b <= 2 * top]) * 1.1
+    xmax = plot_style.x_limit(top, budgets)
+    drawn = plot_style.drawn_budgets(budgets, top)
     for i, budget in enumerate(sorted(budgets)):
-        if budget <= xmax:
+        if budget in drawn:
             ax.axvline(budget, color="red", ls=["--", ":", "-."][i % 3], lw=1, label=f"budget {budget:.1f} GiB")
         else:
             ax.plot([], [], " ", label=f"budget {budget:.1f} GiB (beyond the right edge)")
@@ -121,6 +115,11 @@ def _ok_points(scored: pd.DataFrame) -> pd.DataFrame:
                   & np.isfinite(scored["samples_per_s"])]
 
 
+def _run_fractions(scored: pd.DataFrame) -> list:
+    """The checkpointed fractions that rank the markers in every plot of the run."""
+    return [checkpoint_fraction(c) for c in _ok_points(scored)["checkpointing"]]
+
+
 def _pareto_svg(scored: pd.DataFrame, best: Optional[int], baseline: Baseline, meta: dict) -> str:
     ok = _ok_points(scored)
     front = scored[scored["on_pareto"]].sort_values("peak_memory_gib")
@@ -135,7 +134,7 @@ def _pareto_svg(scored: pd.DataFrame, best: Optional[int], baseline: Baseline, m
     budgets = [(float(b), f"budget {b:g} GiB") for b in meta["budgets"]]
     return svgplot.scatter(ok, "peak_memory_gib", "samples_per_s", "peak memory (GiB) - lower is better",
                            "throughput (samples/s) - higher is better", "pareto-svg", front=front, best=best_mark,
-                           baseline=base_mark, vlines=budgets)
+                           baseline=base_mark, vlines=budgets, fractions=_run_fractions(scored))
 
 
 def _roi_svg(scored: pd.DataFrame, best: Optional[int]) -> str:
@@ -148,7 +147,8 @@ def _roi_svg(scored: pd.DataFrame, best: Optional[int]) -> str:
         b = ok.loc[best]
         best_mark = svgplot.Mark(float(b["memory_saved_gib"]), float(b["roi"]), "best\n" + svgplot.trial_hover(b))
     return svgplot.scatter(ok, "memory_saved_gib", "roi", "memory saved against the baseline (GiB)",
-                           "ROI (USD over the job)", "roi-svg", best=best_mark, x_from_zero=False)
+                           "ROI (USD over the job)", "roi-svg", best=best_mark, x_from_zero=False,
+                           fractions=_run_fractions(scored))
 
 
 def _environment_html(meta: dict) -> str:

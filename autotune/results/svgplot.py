@@ -15,9 +15,9 @@ from typing import List, Optional, Sequence
 
 import pandas as pd
 
+from autotune.results import plot_style
 from autotune.train.strategy import checkpoint_fraction, checkpoint_label
 
-PRECISION_COLOURS = {"fp32": "#1f77b4", "bf16": "#2ca02c", "fp16": "#ff7f0e"}
 W, H = 860, 500
 LEFT, RIGHT, TOP, BOTTOM = 70, 250, 30, 50  # margins; the legend sits in the right one
 
@@ -42,15 +42,6 @@ def _ticks(lo: float, hi: float, n: int = 6) -> List[float]:
     return [start + i * step for i in range(int((hi - start) / step + 1e-9) + 1)]
 
 
-def _shape(fraction: float, x: float, y: float, r: float = 5.5) -> str:
-    """An SVG path: circle (none), triangle (partial), square (full)."""
-    if fraction <= 0:
-        return f"M{x - r},{y} a{r},{r} 0 1,0 {2 * r},0 a{r},{r} 0 1,0 {-2 * r},0"
-    if fraction >= 1:
-        return f"M{x - r},{y - r} h{2 * r} v{2 * r} h{-2 * r} Z"
-    return f"M{x},{y - r * 1.2} L{x + r * 1.1},{y + r * 0.8} L{x - r * 1.1},{y + r * 0.8} Z"
-
-
 def trial_hover(row: pd.Series) -> str:
     def num(key, fmt):
         v = row.get(key)
@@ -68,15 +59,20 @@ def trial_hover(row: pd.Series) -> str:
 
 def scatter(points: pd.DataFrame, x: str, y: str, x_label: str, y_label: str, plot_id: str,
             front: Optional[pd.DataFrame] = None, best: Optional[Mark] = None, baseline: Optional[Mark] = None,
-            vlines: Sequence[tuple] = (), x_from_zero: bool = True) -> str:
-    """The SVG of ``points`` (rows of the scored trials table) at columns ``x``, ``y``."""
+            vlines: Sequence[tuple] = (), x_from_zero: bool = True, fractions: Sequence[float] = ()) -> str:
+    """The SVG of ``points`` (rows of the scored trials table) at columns ``x``, ``y``.
+
+    ``fractions``: the checkpointed fractions of the whole run, which rank the markers (so
+    every plot of a run gives a fraction the same marker); by default those of ``points``.
+    """
     esc = html.escape
     xs = [float(v) for v in points[x]] + [m.x for m in (best, baseline) if m is not None]
     ys = [float(v) for v in points[y]] + [m.y for m in (best, baseline) if m is not None]
     top = max(xs) if xs else 1.0
-    shown_lines = [(v, lab) for v, lab in vlines if v <= 2 * top]  # a budget far right would squash the points
+    drawn = plot_style.drawn_budgets([v for v, _ in vlines], top)
+    shown_lines = [(v, lab) for v, lab in vlines if v in drawn]  # a budget far right would squash the points
     x_lo = 0.0 if x_from_zero else min(xs + [0.0])
-    x_hi = max(xs + [v for v, _ in shown_lines] + [x_lo + 1e-9]) * 1.08
+    x_hi = plot_style.x_limit(top, [v for v, _ in vlines]) if x_from_zero else max(xs + [x_lo + 1e-9]) * plot_style.X_MARGIN
     y_lo, y_hi = min(ys + [0.0]), max(ys + [1e-9]) * 1.1
     if y_lo < 0:
         y_lo *= 1.1
@@ -115,18 +111,21 @@ def scatter(points: pd.DataFrame, x: str, y: str, x_label: str, y_label: str, pl
         out.append(f'<polyline class="pareto-front" points="{pts}" fill="none" stroke="black" stroke-opacity="0.6"/>')
         legend.append(('<line x1="0" x2="18" y1="0" y2="0" stroke="black"/>', "Pareto front"))
     seen = {}
+    fractions = list(fractions) or [checkpoint_fraction(c) for c in points["checkpointing"]]
     for _, r in points.iterrows():
-        colour = PRECISION_COLOURS.get(r["precision"], "grey")
+        colour = plot_style.colour(r["precision"])
         offload = str(r.get("offload", False)).lower() == "true"
         fits = str(r.get("fits_budget", True)).lower() == "true"
         frac = checkpoint_fraction(r["checkpointing"])
-        d = _shape(frac, px(float(r[x])), py(float(r[y])))
+        shape = plot_style.marker(frac, fractions)
+        d = plot_style.svg_path(shape, px(float(r[x])), py(float(r[y])))
         fill = "white" if offload else colour
         out.append(f'<path class="trial-point" d="{d}" fill="{fill}" stroke="{colour}" stroke-width="1.6" '
+                   f'data-marker="{shape}" '
                    f'opacity="{1 if fits else 0.35}" data-number="{int(r["number"])}" '
                    f'data-config="{esc(trial_hover(r).splitlines()[0])}"><title>{esc(trial_hover(r))}</title></path>')
         key = (checkpoint_label(r["checkpointing"]), r["precision"], offload)
-        seen.setdefault(key, (frac, colour, fill))
+        seen.setdefault(key, (frac, colour, fill, shape))
     for m, style, cls in ((best, 'fill="none" stroke="red" stroke-width="2"', "best-mark"),
                           (baseline, 'fill="none" stroke="black" stroke-width="1.5"', "baseline-mark")):
         if m is None:
@@ -137,8 +136,10 @@ def scatter(points: pd.DataFrame, x: str, y: str, x_label: str, y_label: str, pl
         out.append(f'{shape} class="{cls}"><title>{esc(m.label)}</title></{"circle" if cls == "best-mark" else "path"}>')
         legend.append((f'<circle cx="9" cy="0" r="6" {style}/>' if cls == "best-mark" else
                        f'<path d="M9,-6 L15,0 L9,6 L3,0 Z" {style}/>', "best" if cls == "best-mark" else "baseline"))
-    for (ckpt, prec, offload), (frac, colour, fill) in sorted(seen.items(), key=lambda kv: (kv[1][0], kv[0][1:])):
-        legend.append((f'<path d="{_shape(frac, 9, 0, 5)}" fill="{fill}" stroke="{colour}" stroke-width="1.6"/>',
+    for (ckpt, prec, offload), (frac, colour, fill, shape) in sorted(seen.items(),
+                                                                       key=lambda kv: (kv[1][0], kv[0][1:])):
+        legend.append((f'<path d="{plot_style.svg_path(shape, 9, 0, 5)}" fill="{fill}" stroke="{colour}" '
+                       'stroke-width="1.6"/>',
                        f"ckpt {ckpt} / {prec}" + (" / offload" if offload else "")))
     lx = W - RIGHT + 14
     for i, (sym, text) in enumerate(legend):

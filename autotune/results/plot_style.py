@@ -1,0 +1,66 @@
+"""One style for both drawings of a run: the report page's SVG plot and pareto.png.
+
+Colour is the precision; the marker is the checkpointed fraction, by its rank among the
+fractions the run measured (none a circle, full a square, the partial ones in between each
+a shape of its own); a hollow marker is offload; the x axis runs from 0 to past the
+largest point, and a budget far right of every point is named in the legend but not drawn
+(it would squash the points). ``svgplot`` and ``page.pareto_figure`` both ask this module,
+so the two pictures agree.
+"""
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+PRECISION_COLOURS = {"fp32": "#1f77b4", "bf16": "#2ca02c", "fp16": "#ff7f0e"}
+OTHER_COLOUR = "grey"
+# Partial fractions take these in order of their fraction; none and full have their own.
+PARTIAL_MARKERS = ("triangle-up", "diamond", "triangle-down", "plus", "cross")
+MATPLOTLIB_MARKERS = {"circle": "o", "square": "s", "triangle-up": "^", "diamond": "D", "triangle-down": "v",
+                      "plus": "P", "cross": "X"}
+X_MARGIN = 1.08  # the x axis ends this much past the largest point or drawn budget
+BUDGET_REACH = 2.0  # a budget beyond this many times the largest point is listed, not drawn
+
+
+def colour(precision: str) -> str:
+    return PRECISION_COLOURS.get(precision, OTHER_COLOUR)
+
+
+def marker(fraction: float, fractions: Iterable[float]) -> str:
+    """The marker of a checkpointed ``fraction`` among all ``fractions`` of the run."""
+    if fraction <= 0:
+        return "circle"
+    if fraction >= 1:
+        return "square"
+    partial = sorted({f for f in fractions if 0 < f < 1} | {fraction})
+    return PARTIAL_MARKERS[min(partial.index(fraction), len(PARTIAL_MARKERS) - 1)]
+
+
+def drawn_budgets(budgets: Sequence[float], largest_point: float) -> list:
+    return [b for b in budgets if b <= BUDGET_REACH * largest_point]
+
+
+def x_limit(largest_point: float, budgets: Sequence[float]) -> float:
+    return max([largest_point] + drawn_budgets(budgets, largest_point) + [1e-9]) * X_MARGIN
+
+
+def svg_path(name: str, x: float, y: float, r: float = 5.5) -> str:
+    """The SVG path of a marker centred at (x, y)."""
+    if name == "circle":
+        return f"M{x - r},{y} a{r},{r} 0 1,0 {2 * r},0 a{r},{r} 0 1,0 {-2 * r},0"
+    if name == "square":
+        return f"M{x - r},{y - r} h{2 * r} v{2 * r} h{-2 * r} Z"
+    if name == "triangle-up":
+        return f"M{x},{y - r * 1.2} L{x + r * 1.1},{y + r * 0.8} L{x - r * 1.1},{y + r * 0.8} Z"
+    if name == "triangle-down":
+        return f"M{x},{y + r * 1.2} L{x + r * 1.1},{y - r * 0.8} L{x - r * 1.1},{y - r * 0.8} Z"
+    if name == "diamond":
+        return f"M{x},{y - r * 1.2} L{x + r},{y} L{x},{y + r * 1.2} L{x - r},{y} Z"
+    a, b = r * 0.35, r
+    if name == "plus":
+        return (f"M{x - a},{y - b} h{2 * a} v{b - a} h{b - a} v{2 * a} h{a - b} v{b - a} h{-2 * a} v{a - b} "
+                f"h{a - b} v{-2 * a} h{b - a} Z")
+    # cross: the plus turned 45 degrees
+    d = r * 0.8
+    return (f"M{x - d},{y - d + a} L{x - d + a},{y - d} L{x},{y - a} L{x + d - a},{y - d} L{x + d},{y - d + a} "
+            f"L{x + a},{y} L{x + d},{y + d - a} L{x + d - a},{y + d} L{x},{y + a} L{x - d + a},{y + d} "
+            f"L{x - d},{y + d - a} L{x - a},{y} Z")
