@@ -18,6 +18,9 @@ register()
 def check_run_dir(argv) -> None:
     """Exit with one message when the run directory cannot be made or written: Hydra makes it
     before any of autotune's code runs, and would end with a traceback."""
+    if any(a in ("-h", "--help", "--hydra-help", "--info", "-c", "--cfg", "--shell-completion", "-sc")
+           or a.startswith(("--info=", "--cfg=")) for a in argv):
+        return  # Hydra answers these without a run directory
     target = Path("outputs")  # Hydra's default: outputs/<date>/<time> under the working directory
     for arg in argv:
         if arg.startswith("hydra.run.dir="):

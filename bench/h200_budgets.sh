@@ -10,9 +10,9 @@ out=$1
 run=/tmp/bert-large-budgets
 # A time limit keeps the training check inside one device call: SIGTERM makes the driver
 # write its outputs from the trials finished so far (the README says so).
-timeout 440 python3 -m autotune model=bert-large 'budget_gib=[16,24,40]' search_space=default \
-  search_space.path=search_spaces/budgets.yaml search_space.name=budgets objective=throughput \
-  trial.repeats=0 hydra.run.dir=$run 2>&1 | tee "$out/tune.log" | tail -25
+# experiment=bert_large_budgets: model=bert-large search_space=budgets budget_gib=[16,24,40]
+# objective=throughput trial.repeats=0 (autotune/conf/experiment/bert_large_budgets.yaml).
+timeout 440 python3 -m autotune experiment=bert_large_budgets hydra.run.dir=$run 2>&1 | tee "$out/tune.log" | tail -25
 [ -e $run/best-16GiB.yaml ] && timeout 100 python3 examples/train.py $run/best-16GiB.yaml --steps 50 2>&1 | tee "$out/train-16GiB.log" | tail -3
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
   python3 -c 'import torch, transformers; print("torch", torch.__version__, "cuda", torch.version.cuda, "transformers", transformers.__version__)'

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # search=auto on BERT-large under each memory budget given, on one NVIDIA H200, with the
 # space and settings of the committed grid run (docs/examples/bert-large-h200-budgets/:
-# search_spaces/budgets.yaml, objective=throughput, no re-measurement), so
+# search_space=budgets, objective=throughput, no re-measurement), so
 # bench/search_h200_table.py can set auto's trials and wall time against the grid's.
 # Run from the project root on the device machine, after the wheel install line:
 #   bash bench/h200_search.sh OUT 40 24 16
@@ -18,8 +18,7 @@ for budget in "$@"; do
   start=$(date +%s.%N)
   # shellcheck disable=SC2086  # EXTRA holds several overrides
   timeout ${BUDGET_TIMEOUT_S:-280} python3 -m autotune model=bert-large budget_gib=$budget search=auto \
-    search_space=default search_space.path=search_spaces/budgets.yaml search_space.name=budgets \
-    objective=throughput trial.repeats=0 storage=sqlite:///$run.db ${EXTRA:-} hydra.run.dir=$run > $run.log 2>&1
+    search_space=budgets objective=throughput trial.repeats=0 storage=sqlite:///$run.db ${EXTRA:-} hydra.run.dir=$run > $run.log 2>&1
   echo "exit $? wall_s $(python3 -c "import time; print(round(time.time() - $start, 1))")" >> $run.log
   tail -4 $run.log
   cp $run.log $run/tune.log

@@ -98,9 +98,9 @@ def test_search_settings_are_checked_and_a_search_group_picks_the_strategy():
     plan = plan_for("device=cpu", "search=tpe", "search.n_trials=7", "search.timeout=60")
     assert (plan.search, plan.n_trials, plan.search_timeout_s) == ("tpe", 7, 60)
     with pytest.raises(ConfigError) as e:
-        plan_for("device=cpu", "search.strategy=annealing", "search.n_trials=0", "search.timeout=-5")
+        plan_for("device=cpu", "search.method=annealing", "search.n_trials=0", "search.timeout=-5")
     text = str(e.value)
-    assert "search.strategy=annealing: unknown search; use search=NAME with NAME one of auto, grid, random, tpe, nsga2" in text
+    assert "search.method=annealing: unknown search; use search=NAME with NAME one of auto, grid, random, tpe, nsga2" in text
     assert "search.n_trials=0: must be >= 1" in text and "search.timeout=-5: must be > 0 seconds" in text
     with pytest.raises(ConfigCompositionException, match="search/annealing"):
         plan_for("device=cpu", "search=annealing")

@@ -1,6 +1,13 @@
 
-from autotune.search.space import SearchSpace, divisors, load_space, skip_reason
+import yaml
+
+from autotune.search.space import SHIPPED_DIR, SearchSpace, divisors, load_space as load_group, skip_reason
 from autotune.train.strategy import Strategy
+
+
+def load_space(path, problems):
+    """A space file of the user's own, as search_space.path=PATH gives it."""
+    return load_group({"name": "default", "path": path}, problems)
 
 
 def write(tmp_path, text):
@@ -17,7 +24,7 @@ def test_divisors():
 
 def test_default_space_enumerates_divisors_within_inclusive_bounds():
     problems = []
-    space = load_space("search_spaces/default.yaml", problems)
+    space = load_group(yaml.safe_load((SHIPPED_DIR / "default.yaml").read_text()), problems)
     assert problems == []
     assert space.micro_batches(64) == [4, 8, 16, 32, 64]  # min 4 and max 64 both included
     assert space.micro_batches(16) == [4, 8, 16]
@@ -77,3 +84,17 @@ def test_cpu_runs_skip_offload_and_allocator_settings():
     assert "nothing to move" in skip_reason(Strategy("none", "fp32", 4, 1, offload=True), ("fp32",), {}, "cpu")
     assert "caching allocator" in skip_reason(Strategy("none", "fp32", 4, 1, allocator="expandable"), ("fp32",), {}, "cpu")
     assert skip_reason(Strategy("0.5", "fp32", 4, 1, offload=True, allocator="expandable"), ("fp32",), {}, "cuda") is None
+
+
+def test_every_shipped_space_is_clean_and_a_bad_group_value_is_reported_with_the_rest():
+    for file in sorted(SHIPPED_DIR.glob("*.yaml")):
+        problems = []
+        assert load_group(yaml.safe_load(file.read_text()), problems) is not None and problems == [], file
+    problems = []
+    group = {"name": "default", "checkpointing": ["none", 2.0], "precision": ["fp8"], "micro_batch": {"min": 4, "max": 64},
+             "offload": [False], "allocator": ["default"], "path": None}
+    assert load_group(group, problems) is None
+    assert problems == ["search_space=default: checkpointing value 2.0 is neither none, full nor a fraction of the blocks "
+                        "in [0, 1]; e.g. [none, 0.25, 0.5, full]",
+                        "search_space=default: precision has unknown value(s) ['fp8']; use values from "
+                        "['fp32', 'bf16', 'fp16']"]

@@ -1,9 +1,13 @@
-"""Search spaces: read a space file, check it, enumerate the configurations it names.
+"""Search spaces: check a space, enumerate the configurations it names.
 
-A space file (``search_spaces/*.yaml``) lists the values of each dimension; micro-batch
-bounds are inclusive and the tried values are the divisors of ``global_batch`` inside them,
-so that ``micro_batch * accumulation == global_batch`` always holds. ``offload`` and
-``allocator`` may be left out (then: no offload, the default allocator).
+A space is the ``search_space`` config group (``autotune/conf/search_space/*.yaml``, typed by
+``SearchSpaceConfig``: ``search_space=full``), or a file of the user's own named by
+``search_space.path``. Either lists the values of each dimension; micro-batch bounds are
+inclusive and the tried values are the divisors of ``global_batch`` inside them, so that
+``micro_batch * accumulation == global_batch`` always holds. ``offload`` and ``allocator``
+may be left out (then: no offload, the default allocator). The schema checks types when
+Hydra composes the config; the checks here need the whole space (fractions in [0, 1], known
+values, bounds in order) and report every problem at once.
 """
 from __future__ import annotations
 
@@ -17,7 +21,7 @@ import yaml
 
 from autotune.train.strategy import ALLOCATORS, PRECISIONS, Strategy, checkpoint_label
 
-PACKAGE_DIR = Path(__file__).resolve().parents[1]  # holds search_spaces/, the shipped spaces
+SHIPPED_DIR = Path(__file__).resolve().parents[1] / "conf" / "search_space"  # the shipped spaces
 SPACE_KEYS = {"checkpointing", "precision", "micro_batch", "offload", "allocator"}
 
 
@@ -50,11 +54,8 @@ def divisors(n: int) -> List[int]:
     return sorted(set(small + [n // d for d in small]))
 
 
-def space_path(path: str) -> Path:
-    p = Path(path)
-    if p.is_absolute() or p.exists():  # a user's own file: absolute, or relative to the working directory
-        return p
-    return PACKAGE_DIR / p  # a shipped one: search_spaces/default.yaml and its siblings
+def shipped_spaces() -> List[str]:
+    return sorted(f.stem for f in SHIPPED_DIR.glob("*.yaml"))
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -71,14 +72,14 @@ class _StrictLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
-def load_space(path: str, problems: List[str]) -> Optional[SearchSpace]:
-    """Read and check a space file; append every problem found to ``problems``."""
-    file = space_path(path)
-    key = "search_space.path"
+def load_space_file(path: str, problems: List[str]) -> Optional[dict]:
+    """The dimensions in a space file of the user's own (absolute or relative to the working
+    directory), or None with the problem appended."""
+    file, key = Path(path), "search_space.path"
     if not file.is_file():
-        shipped = ", ".join(f"search_spaces/{f.name}" for f in sorted((PACKAGE_DIR / "search_spaces").glob("*.yaml")))
-        problems.append(f"{key}={path}: no such file (looked in the working directory and in {PACKAGE_DIR}); pass "
-                        f"the path of your own space file, or a shipped one: {shipped}")
+        problems.append(f"{key}={path}: no such file (relative paths start at the working directory {Path.cwd()}); "
+                        f"pass the path of your own space file, or pick a shipped space: "
+                        f"search_space={'|'.join(shipped_spaces())}")
         return None
     try:
         data = yaml.load(file.read_bytes().decode("utf-8"), Loader=_StrictLoader) or {}
@@ -89,25 +90,44 @@ def load_space(path: str, problems: List[str]) -> Optional[SearchSpace]:
         problems.append(f"{key}={path}: not valid YAML ({e}); fix the file")
         return None
     if not isinstance(data, dict):
-        problems.append(f"{key}={path}: must be a mapping of dimensions; see search_spaces/default.yaml")
+        problems.append(f"{key}={path}: must be a mapping of dimensions; see {SHIPPED_DIR / 'default.yaml'}")
         return None
+    return data
+
+
+def load_space(group: dict, problems: List[str]) -> Optional[SearchSpace]:
+    """Check the composed ``search_space`` group, or the file its ``path`` names; append every
+    problem found to ``problems``."""
+    if group.get("path"):
+        data = load_space_file(str(group["path"]), problems)
+        if data is None:
+            return None
+        source = Path(str(group["path"])).name
+    else:
+        data = {k: v for k, v in group.items() if k not in ("name", "path")}
+        source = f"search_space={group.get('name')}"
+    return check_space(data, source, problems)
+
+
+def check_space(data: dict, source: str, problems: List[str]) -> Optional[SearchSpace]:
+    """A SearchSpace from a mapping of dimensions, or None; every problem goes to ``problems``."""
     for unknown in sorted(set(data) - SPACE_KEYS):
-        problems.append(f"{file.name}: unknown dimension '{unknown}'; known: {', '.join(sorted(SPACE_KEYS))}")
+        problems.append(f"{source}: unknown dimension '{unknown}'; known: {', '.join(sorted(SPACE_KEYS))}")
 
     def values(name: str, allowed: tuple, default=None) -> tuple:
         vals = data.get(name, default)
         if not isinstance(vals, list) or not vals:
-            problems.append(f"{file.name}: {name} must be a non-empty list drawn from {list(allowed)}; got {vals!r}")
+            problems.append(f"{source}: {name} must be a non-empty list drawn from {list(allowed)}; got {vals!r}")
             return ()
         bad = [v for v in vals if type(v) is not type(allowed[0]) or v not in allowed]
         if bad:
-            problems.append(f"{file.name}: {name} has unknown value(s) {bad}; use values from {list(allowed)}")
+            problems.append(f"{source}: {name} has unknown value(s) {bad}; use values from {list(allowed)}")
         return tuple(dict.fromkeys(v for v in vals if v not in bad))  # bad ones may be unhashable (lists)
 
     ckpt: tuple = ()
     raw = data.get("checkpointing")
     if not isinstance(raw, list) or not raw:
-        problems.append(f"{file.name}: checkpointing must be a non-empty list of none, full or fractions of the "
+        problems.append(f"{source}: checkpointing must be a non-empty list of none, full or fractions of the "
                         f"blocks in [0, 1] (e.g. [none, 0.5, full]); got {raw!r}")
     else:
         labels = []
@@ -115,7 +135,7 @@ def load_space(path: str, problems: List[str]) -> Optional[SearchSpace]:
             try:
                 labels.append(checkpoint_label(v))
             except ValueError:
-                problems.append(f"{file.name}: checkpointing value {v!r} is neither none, full nor a fraction of the "
+                problems.append(f"{source}: checkpointing value {v!r} is neither none, full nor a fraction of the "
                                 "blocks in [0, 1]; e.g. [none, 0.25, 0.5, full]")
         ckpt = tuple(dict.fromkeys(labels))
     prec = values("precision", PRECISIONS)
@@ -124,14 +144,14 @@ def load_space(path: str, problems: List[str]) -> Optional[SearchSpace]:
     mb = data.get("micro_batch")
     lo = hi = None
     if not isinstance(mb, dict) or set(mb) - {"min", "max"}:
-        problems.append(f"{file.name}: micro_batch must be a mapping {{min: N, max: M}} (inclusive bounds); got {mb!r}")
+        problems.append(f"{source}: micro_batch must be a mapping {{min: N, max: M}} (inclusive bounds); got {mb!r}")
     else:
         lo, hi = mb.get("min", 1), mb.get("max", 1 << 30)
         for bound, v in (("min", lo), ("max", hi)):
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                problems.append(f"{file.name}: micro_batch.{bound}={v!r} must be an integer >= 1")
+                problems.append(f"{source}: micro_batch.{bound}={v!r} must be an integer >= 1")
         if isinstance(lo, int) and isinstance(hi, int) and lo > hi:
-            problems.append(f"{file.name}: micro_batch.min={lo} is above micro_batch.max={hi}; swap them")
+            problems.append(f"{source}: micro_batch.min={lo} is above micro_batch.max={hi}; swap them")
     if lo is None or not ckpt or not prec or not offload or not allocator:
         return None
     return SearchSpace(ckpt, prec, int(lo), int(hi), offload, allocator)

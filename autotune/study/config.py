@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
@@ -16,6 +16,14 @@ from omegaconf import MISSING
 # The configs ship inside the package (autotune/conf/, package data), so an installed wheel
 # runs as a checkout does; an absolute path keeps Hydra from reading it as a module path.
 CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
+
+
+def opt(default=MISSING, help: str = "", factory=None):
+    """A schema field with its one-line meaning: ``--help`` and the README's configuration
+    table are made from these (tests/test_config_docs.py), so each default has one source."""
+    if factory is not None:
+        return field(default_factory=factory, metadata={"help": help})
+    return field(default=default, metadata={"help": help})
 
 
 @dataclass
@@ -33,56 +41,62 @@ class ModelConfig:
     # A builder "package.module:function" called as builder(device=..., seq_len=..., **config);
     # it returns an autotune.Workload.
     _target_: str = MISSING
-    # For model=custom: the builder, "package.module:function" (_target_ interpolates it).
-    target: Optional[str] = None
+    target: Optional[str] = opt(None, "model=custom: your builder, package.module:function, returning a Workload")
     config: Dict[str, Any] = field(default_factory=dict)
     cpu: CpuReduction = field(default_factory=CpuReduction)
 
 
 @dataclass
+class MicroBatchBounds:
+    min: int = 1
+    max: int = 1 << 30
+
+
+@dataclass
 class SearchSpaceConfig:
+    """A search space (autotune/conf/search_space/*.yaml); ``path`` reads one from a file instead."""
+
     name: str = MISSING
-    # A space file: absolute, relative to the working directory, or a shipped one
-    # (search_spaces/NAME.yaml, inside the package).
-    path: str = MISSING
+    checkpointing: List[Any] = field(default_factory=lambda: ["none"])  # none | full | a fraction in [0, 1]
+    precision: List[str] = field(default_factory=lambda: ["fp32"])  # fp32 | bf16 | fp16
+    micro_batch: MicroBatchBounds = field(default_factory=MicroBatchBounds)  # inclusive bounds
+    offload: List[bool] = field(default_factory=lambda: [False])
+    allocator: List[str] = field(default_factory=lambda: ["default"])  # default | expandable
+    path: Optional[str] = opt(None, "a space file of your own (its dimensions replace the group's; its stem names it)")
 
 
 @dataclass
 class SearchConfig:
-    strategy: str = "auto"  # auto | grid | random | tpe | nsga2 (conf/search/)
-    n_trials: Optional[int] = None  # the most trials the search runs; None: no limit
-    timeout: Optional[float] = None  # seconds after which no new trial starts; None: no limit
+    method: str = "auto"  # auto | grid | random | tpe | nsga2, set by the group (search=grid)
+    n_trials: Optional[int] = opt(None, "the most trials the search runs (null: no limit)")
+    timeout: Optional[float] = opt(None, "seconds after which no new trial starts (null: no limit)")
 
 
 @dataclass
 class RoiConfig:
-    memory_price_per_gib_hour: float = MISSING
-    compute_price_per_hour: float = MISSING
-    workload_samples: float = MISSING
+    """Prices and workload for the ROI score (autotune/scoring/score.py). Assumptions to replace
+    with your own: one rented H200-class GPU at about $3.50 an hour, and a GiB of its memory
+    priced as that hour spread over its 141 GB."""
+
+    memory_price_per_gib_hour: float = opt(0.025, "USD per GiB of accelerator memory per hour")
+    compute_price_per_hour: float = opt(3.5, "USD per accelerator hour")
+    workload_samples: float = opt(1e7, "samples the whole training job processes")
 
 
 @dataclass
 class TrialConfig:
-    warmup_steps: int = 2  # optimizer steps run before the measured window
-    # Timed optimizer steps; the median and spread come from these. On the H200 five steps
-    # gave BERT-large spreads of up to 13 % (an IQR of five points), ten at most 2 %.
-    measure_steps: int = 10
-    # ... and at least this many seconds of them (at most 200 steps): a fast configuration
-    # is timed over more steps, so the fixed cost of its fresh process stays a small share.
-    min_measure_s: float = 5.0
-    # Wall-clock limit of one trial process, start-up included. Default: derived from the
-    # steps it runs (STARTUP_S plus STEP_S per optimizer step; see plan.default_timeout).
-    timeout_s: Optional[float] = None
-    # Fresh-process re-measurements of each close contender (the top two, and any other
-    # within the measured spread of the top one) before the winner is named; 0: none.
-    repeats: int = 1
-    # How each trial gets its fresh process: fork (a child of a server that has imported
-    # torch and the model's builder, autotune/trial/forkserver.py) or fresh (a new interpreter,
-    # python -m autotune.trial, paying the imports every time). Both measure in a process
-    # that never ran another trial.
-    isolation: str = "fork"
-    lr: float = 1e-4  # AdamW learning rate
-    seed: int = 0
+    warmup_steps: int = opt(2, "optimizer steps before the measured window")
+    # On the H200 five steps gave BERT-large spreads of up to 13 % (an IQR of five points),
+    # ten at most 2 %.
+    measure_steps: int = opt(10, "timed optimizer steps (median, and IQR/median as the spread)")
+    # A fast configuration is timed over more steps, so the fixed cost of its process stays small.
+    min_measure_s: float = opt(5.0, "...and at least this many seconds of them (at most 200 steps)")
+    timeout_s: Optional[float] = opt(None, "limit per trial process (null: 120 s + 60 s per step + min_measure_s)")
+    repeats: int = opt(1, "fresh-process re-measurements of each close contender before naming the best")
+    # Both measure in a process that never ran another trial (autotune/trial/forkserver.py).
+    isolation: str = opt("fork", "fork (a child of a pre-imported server) | fresh (a new interpreter per trial)")
+    lr: float = opt(1e-4, "AdamW learning rate")
+    seed: int = opt(0, "seed of the weights and the synthetic batches")
 
 
 @dataclass
@@ -90,27 +104,110 @@ class TuneConfig:
     model: ModelConfig = MISSING
     search_space: SearchSpaceConfig = MISSING
     search: SearchConfig = field(default_factory=SearchConfig)
-    roi: RoiConfig = MISSING
+    roi: RoiConfig = field(default_factory=RoiConfig)
     trial: TrialConfig = field(default_factory=TrialConfig)
-    global_batch: int = 64  # samples per optimizer step, the same for every trial
-    seq_len: int = 512  # tokens per sample, for sequence models
-    # Peak-memory budget in GiB, or a list of budgets ([16, 24, 40]) tuned in one go; a
-    # budget makes every trial run capped to it (the largest, for a list). Default: the
-    # device's memory, uncapped.
-    budget_gib: Optional[Any] = None
-    objective: str = "roi"  # roi | throughput
-    device: str = "auto"  # auto (CUDA if present, else CPU) | cpu | cuda | cuda:N
-    cpu_reduce: bool = True  # on CPU, apply model.cpu so the run stays short
-    study_name: Optional[str] = None  # default: <model>-<space>-<budget>GiB-<digest of the measured setup>
-    storage: Optional[str] = None  # an Optuna storage URL; default: SQLite outputs/autotune.db
-    # true: the best configuration runs once more, in a process of its own, under
-    # torch.profiler; its trace (profile/trace.json, for chrome://tracing or Perfetto) and
-    # the top operators (profile/top_ops.txt) land next to the report.
-    profile: bool = False
-    # Drivers on one study (autotune/study/workers.py): a number, or "auto" (one per visible GPU;
-    # one on CPU). On CUDA each worker gets a GPU of its own.
-    workers: Any = 1
+    global_batch: int = opt(64, "samples per optimizer step, the same in every trial")
+    seq_len: int = opt(512, "tokens per sample, for sequence models")
+    budget_gib: Optional[Any] = opt(None, "GiB, or a list [16,24,40]; trials run capped to the largest (null: "
+                                          "the device's memory)")
+    objective: str = opt("roi", "roi | throughput (the fastest that fits)")
+    device: str = opt("auto", "auto (CUDA if present) | cpu | cuda | cuda:N")
+    cpu_reduce: bool = opt(True, "on CPU, shrink the model as model.cpu says (printed and reported)")
+    study_name: Optional[str] = opt(None, "null: model-space-budget-digest; the same command resumes it")
+    storage: Optional[str] = opt(None, "Optuna storage URL or journal:PATH (null: outputs/autotune.db); "
+                                       "AUTOTUNE_STORAGE keeps a password off the command line")
+    profile: bool = opt(False, "true: the best runs once more under torch.profiler (profile/)")
+    workers: Any = opt(1, "drivers on one study: N, or auto (one per visible GPU)")
+
+
+# The config groups: their default is the option that config.yaml's defaults list picks.
+GROUPS = {
+    "model": "bert | bert-large | gpt2 | llama | vit | custom (autotune/conf/model/)",
+    "search": "auto | grid | random | tpe | nsga2: how the next configuration is picked",
+    "search_space": "default | full | budgets (autotune/conf/search_space/)",
+    "experiment": "a named set of overrides (autotune/conf/experiment/), e.g. bert_large_budgets",
+}
+
+
+def _group_defaults() -> Dict[str, Optional[str]]:
+    import yaml
+
+    chosen = {}
+    for entry in yaml.safe_load((Path(CONF_DIR) / "config.yaml").read_text())["defaults"]:
+        if isinstance(entry, dict):
+            chosen.update({k.split("@")[0].removeprefix("optional "): v for k, v in entry.items()})
+    return chosen
+
+
+def config_keys() -> List[tuple]:
+    """(key, default as text, meaning) for every key a user sets: the groups, then the schema's."""
+    import dataclasses
+    import typing
+
+    chosen = _group_defaults()
+    rows = [(group, chosen.get(group) or "(none)", meaning) for group, meaning in GROUPS.items()]
+
+    def walk(cls, prefix: str):
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            key, kind = prefix + f.name, hints[f.name]
+            if "help" in f.metadata:
+                default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+                rows.append((key, _text(default), f.metadata["help"]))
+            elif dataclasses.is_dataclass(kind):
+                walk(kind, key + ".")
+
+    walk(TuneConfig, "")
+    nested = [r for r in rows[len(GROUPS):] if "." in r[0]]
+    return rows[:len(GROUPS)] + [r for r in rows[len(GROUPS):] if "." not in r[0]] + nested
+
+
+def _text(value) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def markdown_table() -> str:
+    """The README's configuration table (tests/test_config_docs.py keeps the two equal)."""
+    lines = ["| key | default | meaning |", "| --- | --- | --- |"]
+    lines += [f"| `{k}` | `{d}` | {m.replace('|', chr(92) + '|')} |" for k, d, m in config_keys()]
+    return "\n".join(lines)
+
+
+HELP_HEADER = """autotune: measure memory strategies for PyTorch training and pick the best one.
+
+Runs short, isolated training trials of a model over combinations of activation
+checkpointing, precision (fp32, bf16, fp16), micro-batch and gradient accumulation (the
+global batch held fixed), on the GPU if there is one; measures peak memory and throughput;
+scores each by memory saved against time lost (ROI); writes best.yaml (load it with
+autotune.load_tuned), trials.csv and report.html (the Pareto front) to the run directory.
+
+  autotune model=bert                                 tune BERT-base with the defaults
+  autotune model=bert-large budget_gib=24             under a 24 GiB budget
+  autotune model=custom model.target=my_pkg.models:build
+  autotune experiment=bert_large_budgets              a named set of overrides
+  autotune model=bert --cfg job                       print the composed config, run nothing
+"""
+
+
+def help_text() -> str:
+    """``python -m autotune --help``: what it does, then every key with its default and meaning."""
+    rows = config_keys()
+    width = max(len(k) + len(d) for k, d, _ in rows) + 3
+    keys = "\n".join(f"  {k}={d}".ljust(width + 3) + m for k, d, m in rows)
+    return (f"{HELP_HEADER}\nKeys (key=default  meaning); set any as key=value:\n{keys}\n\n"
+            "Hydra's own options: --hydra-help. Rebuild a report: python -m autotune.report RUN_DIR; "
+            "compare budgets: python -m autotune.show RUN_DIR --budget 16.\n")
 
 
 def register() -> None:
-    ConfigStore.instance().store(name="tune_schema", node=TuneConfig)
+    store = ConfigStore.instance()
+    store.store(name="tune_schema", node=TuneConfig)
+    # Hydra prints hydra.help.template for --help; "$" would start one of its own variables.
+    store.store(group="hydra/help", name="autotune", node={"app_name": "autotune", "header": "", "footer": "",
+                                                           "template": help_text().replace("$", "$$")})

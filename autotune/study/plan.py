@@ -8,12 +8,17 @@ import hashlib
 import json
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, is_dataclass
+from pathlib import Path
 from typing import Dict, List, Optional
 
+from omegaconf import OmegaConf
+
 from autotune.study.config import TuneConfig
+from autotune.system.linux import usable_cores
 from autotune.train.device import DeviceInfo, resolve_device
 from autotune.scoring.score import OBJECTIVES
+from autotune.scoring.settings import Scoring
 from autotune.study.workers import visible_gpus, worker_count
 from autotune.search.space import SearchSpace, divisors, load_space
 
@@ -64,6 +69,12 @@ class Plan:
     setup: Dict = field(default_factory=dict)
 
     @property
+    def scoring(self) -> Scoring:
+        """The settings every verdict on this plan's trials is scored with."""
+        return Scoring(global_batch=self.global_batch, budgets=tuple(self.budgets), roi=dict(self.roi),
+                       objective=self.objective)
+
+    @property
     def choices(self) -> Dict[str, list]:
         """Each dimension with its values (micro-batches: the divisors the space allows)."""
         return self.space.grid(self.global_batch)
@@ -109,9 +120,6 @@ def _check_workers(value, device) -> List[str]:
 ISOLATIONS = ("fork", "fresh")
 
 
-def usable_cores() -> int:
-    """The cores this process may run on (its affinity: a container's CPU set), not the host's."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 MAX_ACCUMULATION = 4096
 
 
@@ -194,8 +202,8 @@ def make_plan(cfg: TuneConfig, overridden: frozenset = frozenset()) -> Plan:
     from autotune.search import STRATEGIES
 
     sc = cfg.search
-    if sc.strategy not in STRATEGIES:
-        problems.append(f"search.strategy={sc.strategy}: unknown search; use search=NAME with NAME one of "
+    if sc.method not in STRATEGIES:
+        problems.append(f"search.method={sc.method}: unknown search; use search=NAME with NAME one of "
                         f"{', '.join(STRATEGIES)}")
     if sc.n_trials is not None and sc.n_trials < 1:
         problems.append(f"search.n_trials={sc.n_trials}: must be >= 1, or null for no limit; e.g. search.n_trials=20")
@@ -246,7 +254,9 @@ def make_plan(cfg: TuneConfig, overridden: frozenset = frozenset()) -> Plan:
     capped = raw is not None and device is not None and device.kind == "cuda"
     memory_cap = max(budgets) if capped and budgets else None
 
-    space = load_space(cfg.search_space.path, problems)
+    group = cfg.search_space
+    space = load_space(asdict(group) if is_dataclass(group) else OmegaConf.to_container(group), problems)
+    space_name = Path(cfg.search_space.path).stem if cfg.search_space.path else cfg.search_space.name
     micro_batches: List[int] = []
     if space is not None and global_batch >= 1:
         micro_batches = space.micro_batches(global_batch)
@@ -274,13 +284,13 @@ def make_plan(cfg: TuneConfig, overridden: frozenset = frozenset()) -> Plan:
     return Plan(
         model_name=cfg.model.name, model_target=cfg.model._target_, model_config=model_config,
         seq_len=seq_len, global_batch=global_batch, device=device, budget_gib=float(budget),
-        budget_is_device_memory=cfg.budget_gib is None, budgets=budgets, memory_cap_gib=memory_cap, space=space, space_name=cfg.search_space.name,
+        budget_is_device_memory=cfg.budget_gib is None, budgets=budgets, memory_cap_gib=memory_cap, space=space, space_name=space_name,
         micro_batches=micro_batches, objective=cfg.objective, roi=roi, warmup_steps=t.warmup_steps,
         measure_steps=t.measure_steps, repeats=t.repeats, lr=t.lr, seed=t.seed,
         timeout_s=t.timeout_s if t.timeout_s is not None else default_timeout(t.warmup_steps, t.measure_steps,
                                                                                 t.min_measure_s),
-        study_name=cfg.study_name or default_study_name(cfg.model.name, cfg.search_space.name, budgets, measured),
-        storage=cfg.storage, reductions=reductions, search=sc.strategy, n_trials=sc.n_trials,
+        study_name=cfg.study_name or default_study_name(cfg.model.name, space_name, budgets, measured),
+        storage=cfg.storage, reductions=reductions, search=sc.method, n_trials=sc.n_trials,
         search_timeout_s=sc.timeout,
         isolation=t.isolation, min_measure_s=t.min_measure_s, profile=cfg.profile, setup=measured,
         workers=worker_count(cfg.workers, device))
