@@ -30,12 +30,12 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     results = reviewed.results()
     meta = {"model": "?", "device_name": "?", "seq_len": "?", "command": "", **reviewed.meta,
-            "global_batch": reviewed.global_batch, "budgets": reviewed.budgets, "budget_gib": reviewed.budgets[0],
-            "objective": reviewed.objective}
+            "global_batch": reviewed.scoring.global_batch, "budgets": list(reviewed.scoring.budgets),
+            "budget_gib": reviewed.scoring.primary_budget, "objective": reviewed.scoring.objective}
     primary = results[0]
     path = write_report(out, scored_for_report(results), primary.best, primary.baseline, meta,
                         budgets_table(results) if len(results) > 1 else None)
-    print(summary(primary.scored, primary.best, reviewed.objective))
+    print(summary(primary.scored, primary.best, reviewed.scoring.objective))
     if len(results) > 1:
         print(budgets_summary(results))
     print(f"report: {path}")

@@ -51,7 +51,7 @@ def main(argv=None) -> int:
     counts = reviewed.table["status"].value_counts()
     print(f"{reviewed.source}" + (f" (study '{reviewed.study_name}')" if reviewed.study_name else "")
           + f": {len(reviewed.table)} trials (" + ", ".join(f"{n} {s}" for s, n in counts.items())
-          + f"), global batch {reviewed.global_batch}; the run's objective: {reviewed.objective}")
+          + f"), global batch {reviewed.scoring.global_batch}; the run's objective: {reviewed.scoring.objective}")
     print("\n".join(best_lines(reviewed, args.budget)))
     return 0
 

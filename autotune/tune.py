@@ -148,13 +148,13 @@ def _write_outputs(plan: Plan, study, run_dir: Path, storage: str, meta: dict, c
     # A stop signal while the outputs are written waits for them (safe_write): they end whole.
     with signals_deferred() as stops:
         # What `python -m autotune.report` / `.show` need to score the study again, kept with it.
-        record_settings(study, plan.global_batch, plan.budgets, plan.roi, plan.objective, meta)
+        record_settings(study, plan.scoring, meta)
         snapshot(study, run_dir / "study.db")
         table = trials_table(study)
         if table.empty:
             log.error("no trial finished")
             return 130 if interrupted or stops else 1
-        results = per_budget(table, plan.global_batch, plan.budgets, plan.roi, plan.objective)
+        results = per_budget(table, plan.scoring)
         primary = results[0]
         scored, best, baseline = scored_for_report(results), primary.best, primary.baseline
         files = write_outputs(run_dir, plan, results, command)

@@ -39,6 +39,7 @@ from autotune.study.replay import Replay  # noqa: E402
 from autotune.search.space import SearchSpace  # noqa: E402
 from autotune.train.strategy import checkpoint_label  # noqa: E402
 from autotune.store.table import trials_table  # noqa: E402
+from autotune.scoring.settings import Scoring  # noqa: E402
 
 RECORDED = {
     # name: (trials.csv, what it is)
@@ -72,7 +73,7 @@ def run(table: pd.DataFrame, budget: float, search: str, seed: int = 0, n_trials
     with tempfile.TemporaryDirectory() as tmp:
         plan = make_plan(table, budget, search, seed, n_trials, f"{search}-{seed}")
         study = run_study(plan, Path(tmp) / "run", f"journal:{tmp}/study.log", on_trial=lambda _: None, runner=replay)
-        result = per_budget(trials_table(study), plan.global_batch, [budget], ROI, "throughput")[0]
+        result = per_budget(trials_table(study), Scoring(plan.global_batch, [budget], ROI, "throughput"))[0]
     best = None if result.best is None else result.scored.loc[result.best]
     return {"trials": replay.trials, "wall_s": replay.wall_s,
             "best_samples_per_s": None if best is None else float(best["samples_per_s"]),

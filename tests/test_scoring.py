@@ -1,4 +1,5 @@
 import math
+import re
 
 import numpy as np
 import pandas as pd
@@ -134,3 +135,19 @@ def test_a_spread_of_100_percent_or_more_still_names_a_best(objective):
     best = choose_best(scored, objective)
     assert best is not None
     assert not scored.loc[best, "noisy"]  # the noisy top is tied with everything; a stable one wins
+
+
+def test_the_scoring_settings_travel_as_one_value_and_are_read_back_strictly():
+    from autotune.scoring.settings import Scoring, ScoringError
+
+    roi = {"memory_price_per_gib_hour": 0.025, "compute_price_per_hour": 3.5, "workload_samples": 1e7}
+    s = Scoring(64, [16, 24.0], roi, "throughput")
+    assert s.budgets == (16.0, 24.0) and s.primary_budget == 16.0
+    assert Scoring.from_dict(s.to_dict()) == s
+    assert s.but(budgets=[40]).budgets == (40.0,) and s.but(objective="roi").objective == "roi"
+    assert s.but().budgets == s.budgets  # show without --budget: the run's own
+    for key, value, words in (("global_batch", True, "global_batch=True"), ("budgets", [], "budgets=[]"),
+                              ("roi", {**roi, "workload_samples": 0}, "workload_samples > 0"),
+                              ("objective", "speed", "objective='speed': one of")):
+        with pytest.raises(ScoringError, match=re.escape(words)):
+            Scoring.from_dict({**s.to_dict(), key: value})

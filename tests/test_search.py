@@ -17,6 +17,7 @@ from autotune.search.auto import AutoSearch, family_of
 from autotune.search.memory_model import fit_families, fit_line
 from autotune.search.space import SearchSpace
 from autotune.store.table import trials_table
+from autotune.scoring.settings import Scoring
 from tests.conftest import run_cli
 from tests.test_reliability import study_trials
 
@@ -99,8 +100,8 @@ def test_auto_finds_the_grids_best_with_a_fraction_of_its_trials(budgets):
     grid, grid_replay, plan = replayed(truth, budgets, "grid")
     auto, auto_replay, _ = replayed(truth, budgets, "auto")
     for b in budgets:
-        want = per_budget(grid, 64, [b], ROI, "throughput")[0]
-        got = per_budget(auto, 64, [b], ROI, "throughput")[0]
+        want = per_budget(grid, Scoring(64, [b], ROI, "throughput"))[0]
+        got = per_budget(auto, Scoring(64, [b], ROI, "throughput"))[0]
         assert got.best is not None
         assert got.scored.loc[got.best, "samples_per_s"] >= 0.98 * want.scored.loc[want.best, "samples_per_s"]
     assert auto_replay.trials <= 0.5 * grid_replay.trials, auto_replay.trials
@@ -117,8 +118,8 @@ def test_offload_configs_the_copies_rule_out_are_never_measured(budget):
     blind, blind_replay, _ = replayed(truth.drop(columns=["saved_gib", "saved_per_sample_gib", "host_link_gib_s"]),
                                       [budget], "auto")
     auto, auto_replay, _ = replayed(truth, [budget], "auto")
-    want = per_budget(replayed(truth, [budget], "grid")[0], 64, [budget], ROI, "throughput")[0]
-    got = per_budget(auto, 64, [budget], ROI, "throughput")[0]
+    want = per_budget(replayed(truth, [budget], "grid")[0], Scoring(64, [budget], ROI, "throughput"))[0]
+    got = per_budget(auto, Scoring(64, [budget], ROI, "throughput"))[0]
     best = want.scored.loc[want.best, "samples_per_s"]
     assert got.scored.loc[got.best, "samples_per_s"] >= 0.98 * best
     offload = lambda t: int((t["offload"] & (t["status"] == "ok")).sum())  # noqa: E731
@@ -163,7 +164,7 @@ def test_the_memory_line_is_fitted_and_predicts_the_micro_batch_auto_measures_ne
     truth = known_workload()
     configs = [{"checkpointing": c, "precision": "bf16", "micro_batch": m, "offload": o, "allocator": "default"}
                for c, o, m in itertools.product(CKPT, (False, True), (4, 8, 16, 32, 64))]
-    auto = AutoSearch(configs, [20.0], "throughput", ROI, 64)
+    auto = AutoSearch(configs, Scoring(64, [20.0], ROI, "throughput"))
     seen = truth[(truth["checkpointing"] == "none") & ~truth["offload"] & truth["micro_batch"].isin([4, 8])]
     table = seen.assign(number=range(len(seen)))
     nxt = auto.propose(table, set())
@@ -185,7 +186,7 @@ def test_the_memory_line_is_fitted_and_predicts_the_micro_batch_auto_measures_ne
 def test_auto_with_the_roi_objective_measures_the_baseline_first():
     configs = [{"checkpointing": c, "precision": p, "micro_batch": m, "offload": False, "allocator": "default"}
                for c, p, m in itertools.product(("none", "full"), ("bf16", "fp32"), (8, 16))]
-    auto = AutoSearch(configs, [20.0], "roi", ROI, 16)
+    auto = AutoSearch(configs, Scoring(16, [20.0], ROI, "roi"))
     first = auto.propose(pd.DataFrame(), set())
     assert (first["checkpointing"], first["precision"], first["micro_batch"]) == ("none", "fp32", 16)
 

@@ -7,6 +7,7 @@ from autotune.scoring.budgets import per_budget
 from autotune.results.page import write_report
 from autotune.results.review import scored_for_report
 from autotune.store.table import trials_table
+from autotune.scoring.settings import Scoring
 
 DIST = {"checkpointing": CategoricalDistribution(["none", "full"]), "precision": CategoricalDistribution(["fp32"]),
         "micro_batch": CategoricalDistribution([2, 4])}
@@ -42,7 +43,7 @@ def test_every_run_s_peak_is_kept_and_runs_more_than_2_percent_apart_are_flagged
     assert row["peak_memory_gib_runs"] == "1;1.1" and row["memory_disagrees"]
     assert abs(row["memory_runs_apart"] - 0.10) < 1e-9
 
-    results = per_budget(table, 4, [8.0], ROI, "roi")
+    results = per_budget(table, Scoring(4, [8.0], ROI, "roi"))
     page = write_report(tmp_path, scored_for_report(results), results[0].best, results[0].baseline,
                         {"model": "t", "budget_gib": 8.0, "budgets": [8.0], "global_batch": 4, "objective": "roi",
                          "device_name": "cpu", "command": "python -m autotune", "seq_len": 8}).read_text()

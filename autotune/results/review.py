@@ -22,6 +22,7 @@ import pandas as pd
 import yaml
 
 from autotune.scoring.budgets import BudgetResult, budget_label, per_budget
+from autotune.scoring.settings import Scoring, ScoringError
 from autotune.store.storage import StorageError, check_readable, open_read_only, redact, storage_failure
 from autotune.store.table import trials_table
 
@@ -32,10 +33,8 @@ class ReviewError(ValueError):
     """The PATH cannot be reviewed; the message names it and what to pass instead."""
 
 
-def record_settings(study: optuna.Study, global_batch: int, budgets: List[float], roi: dict, objective: str,
-                    meta: dict) -> None:
-    study.set_user_attr(SETTINGS_ATTR, {"global_batch": global_batch, "budgets": list(budgets), "roi": dict(roi),
-                                        "objective": objective, "meta": meta})
+def record_settings(study: optuna.Study, scoring: Scoring, meta: dict) -> None:
+    study.set_user_attr(SETTINGS_ATTR, {**scoring.to_dict(), "meta": meta})
 
 
 @dataclass
@@ -43,15 +42,12 @@ class Reviewed:
     source: str  # what was read, for messages
     study_name: Optional[str]
     table: pd.DataFrame
-    global_batch: int
-    budgets: List[float]
-    roi: dict
-    objective: str
+    scoring: Scoring  # as the run scored it
     meta: dict = field(default_factory=dict)
     run_dir: Optional[Path] = None
 
     def results(self, objective: Optional[str] = None, budgets: Optional[List[float]] = None) -> List[BudgetResult]:
-        return per_budget(self.table, self.global_batch, budgets or self.budgets, self.roi, objective or self.objective)
+        return per_budget(self.table, self.scoring.but(budgets=budgets, objective=objective))
 
 
 def _storage_url(path: str) -> str:
@@ -89,15 +85,16 @@ def _load_study(url: str, study_name: Optional[str]) -> optuna.Study:
 
 
 def _default_roi() -> dict:
-    """The shipped default prices (autotune/conf/roi/default.yaml), for a run that recorded none."""
-    from autotune.study.config import CONF_DIR
+    """The schema's default prices, for a run that recorded none."""
+    import dataclasses
 
-    return yaml.safe_load((Path(CONF_DIR) / "roi" / "default.yaml").read_text())
+    from autotune.study.config import RoiConfig
+
+    return dataclasses.asdict(RoiConfig())
 
 
 TRIALS_COLUMNS = ("number", "status", "checkpointing", "precision", "micro_batch", "accumulation", "peak_memory_gib",
                   "samples_per_s")
-
 
 def _read_trials_csv(path: Path) -> pd.DataFrame:
     """A run's trials.csv, refused with the row and the fix when it is empty, not a table,
@@ -176,39 +173,14 @@ def open_reviewed(path: str, study_name: Optional[str] = None) -> Reviewed:
                               "(it resumes the study and stores them)")
     if table.empty:
         raise ReviewError(f"{source}: no trial has finished yet")
-    global_batch, budgets, roi, objective = _checked_settings(settings, source)
+    try:
+        scoring = Scoring.from_dict(settings)
+    except ScoringError as e:
+        raise ReviewError(f"{source}: {e}; it is not what a run writes: rerun the tuning command (it resumes the "
+                          "study and stores them again)") from None
     meta = settings.get("meta")
-    return Reviewed(source=source, study_name=name, table=table, global_batch=global_batch, budgets=budgets, roi=roi,
-                    objective=objective, meta=meta if isinstance(meta, dict) else {}, run_dir=run_dir)
-
-
-def _checked_settings(settings, source: str) -> tuple:
-    """The scoring settings read back from a study or a run directory, checked as the command
-    line's are (plan.py): a value that is not what a run writes is named with the fix."""
-    from autotune.scoring.score import OBJECTIVES
-
-    fix = "; it is not what a run writes: rerun the tuning command (it resumes the study and stores them again)"
-    if not isinstance(settings, dict):
-        raise ReviewError(f"{source}: its autotune settings are not a mapping{fix}")
-    g = settings.get("global_batch")
-    if isinstance(g, bool) or not isinstance(g, int) or g < 1:
-        raise ReviewError(f"{source}: settings global_batch={g!r}: must be a whole number >= 1{fix}")
-    budgets = settings.get("budgets")
-    if not isinstance(budgets, list) or not budgets or not all(_finite_positive(b) for b in budgets):
-        raise ReviewError(f"{source}: settings budgets={budgets!r}: must be a list of GiB > 0{fix}")
-    roi = settings.get("roi")
-    keys = ("memory_price_per_gib_hour", "compute_price_per_hour", "workload_samples")
-    if not isinstance(roi, dict) or not all(_finite_positive(roi.get(k), zero=k != "workload_samples") for k in keys):
-        raise ReviewError(f"{source}: settings roi={roi!r}: needs finite prices >= 0 and workload_samples > 0{fix}")
-    objective = settings.get("objective")
-    if objective not in OBJECTIVES:
-        raise ReviewError(f"{source}: settings objective={objective!r}: one of {', '.join(OBJECTIVES)}{fix}")
-    return g, [float(b) for b in budgets], roi, objective
-
-
-def _finite_positive(value, zero: bool = False) -> bool:
-    return (isinstance(value, (int, float)) and not isinstance(value, bool) and np.isfinite(value)
-            and (value >= 0 if zero else value > 0))
+    return Reviewed(source=source, study_name=name, table=table, scoring=scoring,
+                    meta=meta if isinstance(meta, dict) else {}, run_dir=run_dir)
 
 
 def scored_for_report(results: List[BudgetResult]) -> pd.DataFrame:

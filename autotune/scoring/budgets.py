@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from autotune.scoring.score import Baseline, choose_best, score
+from autotune.scoring.settings import Scoring
 
 
 @dataclass
@@ -48,13 +49,13 @@ def why_best(scored: pd.DataFrame, best: Optional[int], objective: str, budget_g
     return text
 
 
-def per_budget(table: pd.DataFrame, global_batch: int, budgets: List[float], roi: dict,
-               objective: str) -> List[BudgetResult]:
+def per_budget(table: pd.DataFrame, scoring: Scoring) -> List[BudgetResult]:
+    """The trials scored under each of the settings' budgets, primary first."""
     results = []
-    for budget in budgets:
-        scored, baseline = score(table, global_batch, budget, roi)
-        best = choose_best(scored, objective)
-        results.append(BudgetResult(budget, scored, baseline, best, why_best(scored, best, objective, budget)))
+    for budget in scoring.budgets:
+        scored, baseline = score(table, scoring.global_batch, budget, scoring.roi)
+        best = choose_best(scored, scoring.objective)
+        results.append(BudgetResult(budget, scored, baseline, best, why_best(scored, best, scoring.objective, budget)))
     return results
 
 

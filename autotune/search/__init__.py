@@ -67,8 +67,7 @@ def make_search(name: str, configs: List[dict], runnable: List[dict], choices: d
     if name == "grid":
         return QueueSearch("grid", configs)
     if name == "auto":
-        return QueueSearch("auto", runnable, AutoSearch(runnable, plan.budgets, plan.objective, plan.roi,
-                                                        plan.global_batch, plan.memory_cap_gib))
+        return QueueSearch("auto", runnable, AutoSearch(runnable, plan.scoring, plan.memory_cap_gib))
     if name in ("random", "tpe", "nsga2"):
         from autotune.search.sampled import SampledSearch
 

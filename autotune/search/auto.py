@@ -49,6 +49,7 @@ from autotune.trial.clean_start import trusted
 from autotune.scoring.score import find_baseline, objective_value, score
 from autotune.search.memory_model import Line, fit_families
 from autotune.train.strategy import checkpoint_fraction
+from autotune.scoring.settings import Scoring
 
 FAMILY_KEYS = ("checkpointing", "precision", "offload", "allocator")
 DEFAULTS = {"offload": False, "allocator": "default"}
@@ -100,13 +101,12 @@ class AutoSearch:
 
     name = "auto"
 
-    def __init__(self, configs: List[dict], budgets: List[float], objective: str, roi: dict, global_batch: int,
-                 memory_cap_gib: Optional[float] = None):
+    def __init__(self, configs: List[dict], scoring: Scoring, memory_cap_gib: Optional[float] = None):
         self.configs = configs
-        self.budgets = budgets
-        self.objective = objective
-        self.roi = roi
-        self.global_batch = global_batch
+        self.budgets = list(scoring.budgets)
+        self.objective = scoring.objective
+        self.roi = scoring.roi
+        self.global_batch = scoring.global_batch
         self.cap = memory_cap_gib
         self.micro_batches = sorted({c["micro_batch"] for c in configs})
         order = {}
