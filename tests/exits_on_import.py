@@ -1,2 +1,2 @@
-"""A builder module whose import ends the process (tests/test_forkserver.py)."""
+"""A builder module whose import ends the process (tests/trial/test_forkserver.py)."""
 raise SystemExit(3)

@@ -1,4 +1,5 @@
 """The whole loop through the CLI, as a user runs it, on a tiny model."""
+import pytest
 import re
 
 import pandas as pd
@@ -7,6 +8,8 @@ import yaml
 from autotune import load_tuned
 from autotune.train.device import resolve_device
 from tests.conftest import run_cli
+
+pytestmark = pytest.mark.e2e  # python -m autotune end to end
 
 FAST = ["model=tiny", "device=cpu", "search=grid", "global_batch=8", "seq_len=16", "trial.warmup_steps=1", "trial.measure_steps=3"]
 

@@ -7,7 +7,7 @@ import yaml
 
 from autotune.trial.runner import run_trial
 from tests.conftest import run_cli, trial_env
-from tests.test_example import best_yaml, load_example
+from tests.train.test_example import best_yaml, load_example
 
 pytestmark = pytest.mark.gpu
 
@@ -200,7 +200,7 @@ def test_consecutive_cuda_trials_in_one_process_leave_nothing_alive(tmp_path):
     import sys
 
     from tests.conftest import ROOT
-    from tests.test_clean_start import _write_specs
+    from tests.trial.test_clean_start import _write_specs
 
     bert = {"hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4, "intermediate_size": 1024,
             "max_position_embeddings": 128, "vocab_size": 1024}

@@ -12,7 +12,9 @@ import yaml
 from autotune.trial.runner import run_trial
 from autotune.store.storage import make_storage
 from tests.conftest import ROOT, cli_command, run_cli, trial_env
-from tests.test_trial import spec
+from tests.trial.test_trial import spec
+
+pytestmark = pytest.mark.e2e  # python -m autotune against faults, end to end
 
 
 def space_file(tmp_path, checkpointing="[none, full]", lo=1, hi=4):

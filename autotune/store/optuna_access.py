@@ -5,7 +5,7 @@ the storage behind a study and the ids Optuna keeps private (``Study._storage``,
 ``Study._study_id``, ``Trial._trial_id``, the ``fixed_params`` system attribute that
 ``enqueue_trial`` writes); the public API has no atomic WAITING -> RUNNING step of its own
 (``study.ask()`` uses the same storage call). Keeping them here, with
-``tests/test_claims.py::test_the_optuna_internals_autotune_relies_on_are_there``, means an
+``tests/store/test_claims.py::test_the_optuna_internals_autotune_relies_on_are_there``, means an
 Optuna release that changes them fails one test loudly instead of the queue silently. The
 Optuna major version is pinned in pyproject.toml for the same reason.
 """

@@ -20,7 +20,7 @@ CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
 
 def opt(default=MISSING, help: str = "", factory=None):
     """A schema field with its one-line meaning: ``--help`` and the README's configuration
-    table are made from these (tests/test_config_docs.py), so each default has one source."""
+    table are made from these (tests/study/test_config.py), so each default has one source."""
     if factory is not None:
         return field(default_factory=factory, metadata={"help": help})
     return field(default=default, metadata={"help": help})
@@ -173,7 +173,7 @@ def _text(value) -> str:
 
 
 def markdown_table() -> str:
-    """The README's configuration table (tests/test_config_docs.py keeps the two equal)."""
+    """The README's configuration table (tests/study/test_config.py keeps the two equal)."""
     lines = ["| key | default | meaning |", "| --- | --- | --- |"]
     lines += [f"| `{k}` | `{d}` | {m.replace('|', chr(92) + '|')} |" for k, d, m in config_keys()]
     return "\n".join(lines)

@@ -84,6 +84,7 @@ def test_best_yaml_carries_its_format_and_is_read_through_the_schema(tmp_path):
         load_tuned(path)
 
 
+@pytest.mark.e2e
 def test_example_runs_as_a_script(tmp_path):
     out = subprocess.run([sys.executable, "examples/train.py", str(best_yaml(tmp_path, precision="fp32")),
                           "--steps", "3", "--device", "cpu"], cwd=ROOT, capture_output=True, text=True, timeout=300)
@@ -92,6 +93,7 @@ def test_example_runs_as_a_script(tmp_path):
     assert result["steps"] == 3 and result["samples_per_s"] > 0
 
 
+@pytest.mark.e2e
 def test_best_yaml_composes_into_a_hydra_app_as_a_config_group(tmp_path):
     import shutil
 

@@ -60,6 +60,7 @@ def test_process_that_dies_without_result_is_crash(tmp_path):
     assert "exited with code 3 without a result" in r["cause"]
 
 
+@pytest.mark.e2e
 def test_hung_trial_is_killed_at_its_limit(tmp_path):
     r = run(tmp_path, spec(config={"fault": "hang"}), timeout=15)
     assert r["status"] == "timeout"

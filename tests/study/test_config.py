@@ -4,17 +4,14 @@ the README's table) made from it."""
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import yaml
 
 from autotune.search.space import SHIPPED_DIR
 from autotune.study.config import config_keys, markdown_table
-from tests.conftest import compose
-from tests.test_plan import plan_for
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.conftest import ROOT, compose
+from tests.study.test_plan import plan_for
 
 
 @pytest.mark.parametrize("name", ["default", "full", "budgets"])

@@ -7,12 +7,13 @@ import torch
 from autotune import load_tuned
 from autotune.train.strategy import Strategy, apply_checkpointing, blocks_to_checkpoint, forward_context
 from autotune.train.workload import find_blocks
-from tests.test_example import best_yaml, load_example
-from tests.test_trial import run, spec
+from tests.train.test_example import best_yaml, load_example
+from tests.trial.test_trial import run, spec
 
 FRACTIONS = ["none", "0.25", "0.5", "0.75", "full"]
 
 
+@pytest.mark.e2e
 def test_selective_fractions_give_monotone_peak_memory(tmp_path):
     # 8 blocks whose saved activations (16 x 512 x 256 fp32, two per block) outweigh the
     # weights: each quarter of the blocks checkpointed takes about 15 MiB off the peak.
@@ -113,6 +114,7 @@ def test_a_model_without_blocks_is_refused_checkpointing_with_the_fix(tmp_path):
         apply_checkpointing([], "full")
 
 
+@pytest.mark.e2e
 def test_a_trial_counts_the_bytes_offload_would_copy_as_a_line_in_micro_batch(tmp_path):
     cfg = {"width": 256, "depth": 8}
     r = {(c, m): run(tmp_path, spec(c, mb=m, acc=2, config=cfg, seq_len=512), name=f"{c}{m}")

@@ -14,8 +14,8 @@ from autotune.study.driver import IsolationError, measure_queue
 from autotune.search import QueueSearch
 from autotune.train.strategy import Strategy, apply_checkpointing, forward_context
 from tests.conftest import ROOT, compose, trial_env
-from tests.test_forkserver import SMALL_BERT
-from tests.test_trial import spec
+from tests.trial.test_forkserver import SMALL_BERT
+from tests.trial.test_trial import spec
 
 TINY_BERT = dict(SMALL_BERT, hidden_size=32, num_attention_heads=2, intermediate_size=64)
 

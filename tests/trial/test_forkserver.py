@@ -8,7 +8,9 @@ import pytest
 
 from autotune.trial.runner import ForkServer, run_trial
 from tests.conftest import trial_env
-from tests.test_trial import spec
+from tests.trial.test_trial import spec
+
+pytestmark = pytest.mark.e2e  # fork servers and their trial processes
 
 # Small, but with activations of MBs: the small-object heap's noise (about 100 KiB between
 # runs of one configuration, in any process) stays far below 1 % of the peak.

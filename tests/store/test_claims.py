@@ -9,6 +9,7 @@ from optuna.trial import TrialState
 
 from autotune.store.claims import ORPHANED, claim, duplicate_of, enqueue_missing, given_up, owner, recover
 from autotune.store.storage import StorageError, open_study
+from tests.conftest import ROOT
 
 CONFIGS = [{"checkpointing": c, "micro_batch": m} for c in ("none", "full") for m in (1, 2)]
 
@@ -62,7 +63,7 @@ def test_a_claim_is_atomic_across_processes(tmp_path):
             "while (t := claim(s)) is not None: n.append(t.number)\n"
             "print(' '.join(map(str, n)))")
     procs = [subprocess.Popen([sys.executable, "-c", code, url], stdout=subprocess.PIPE, text=True,
-                              cwd=os.path.dirname(os.path.dirname(__file__))) for _ in range(4)]
+                              cwd=ROOT) for _ in range(4)]
     got = [int(n) for p in procs for n in p.communicate(timeout=120)[0].split()]
     assert sorted(got) == list(range(40))  # every trial claimed, none twice
 
@@ -162,7 +163,7 @@ def test_no_module_but_optuna_access_touches_optuna_private_attributes():
     import re
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1] / "autotune"
+    root = ROOT / "autotune"
     private = re.compile(r"\bstudy\._storage\b|\._study_id\b|\._trial_id\b|\.system_attrs\b|optuna\.Trial\(")
     offenders = [f"{p.relative_to(root)}:{i}" for p in root.rglob("*.py") if p.name != "optuna_access.py"
                  for i, line in enumerate(p.read_text().splitlines(), 1)

@@ -14,6 +14,8 @@ from autotune.store.storage import make_storage
 from tests.conftest import ROOT, cli_command, trial_env
 from tests.test_reliability import faulty, space_file, study_trials
 
+pytestmark = pytest.mark.e2e  # several drivers on one study, end to end
+
 CONFIGS = sorted((c, m) for c in ("none", "full") for m in (1, 2, 4))
 
 

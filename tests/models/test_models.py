@@ -10,6 +10,8 @@ import yaml
 from autotune import load_tuned
 from tests.conftest import ROOT, cli_command, run_cli
 
+pytestmark = pytest.mark.e2e  # python -m autotune on each model of the zoo and custom ones
+
 CONF_MODELS = sorted(p.stem for p in (ROOT / "autotune" / "conf" / "model").glob("*.yaml") if p.stem != "custom")
 QUICK = ["device=cpu", "search=grid", "trial.warmup_steps=1", "trial.measure_steps=2", "trial.repeats=0"]
 

@@ -196,6 +196,7 @@ TINY = ["model=tiny", "device=cpu", "global_batch=8", "seq_len=8", "trial.warmup
         "trial.repeats=0", "objective=throughput"]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("search", ["grid", "random", "tpe", "nsga2", "auto"])
 def test_every_strategy_runs_end_to_end_and_resumes(tmp_path, search):
     space = tmp_path / "space.yaml"

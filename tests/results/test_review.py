@@ -10,6 +10,8 @@ import yaml
 
 from tests.conftest import ROOT, run_cli, trial_env
 
+pytestmark = pytest.mark.e2e  # a real run, then python -m autotune.show / .report on it
+
 
 def cli(module, *args):
     return subprocess.run([sys.executable, "-m", module, *map(str, args)], cwd=ROOT, env=trial_env(),

@@ -8,7 +8,7 @@ import torch
 
 from autotune import load_tuned
 from autotune.train.exporters import NotExpressible, _hf_checkpointing_key
-from tests.test_example import TINY, best_yaml
+from tests.train.test_example import TINY, best_yaml
 
 
 class RandomTokens(torch.utils.data.Dataset):
