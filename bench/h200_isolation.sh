@@ -13,6 +13,10 @@
 #       grid-bert-large-24-rest   the new-interpreter check of the committed grid run at 24 GiB
 #                                 (docs/gpu-runs/isolation-h200/grid-bert-large-24), resumed where
 #                                 the device time ran out: the trials its isolation_check.json lacks
+#       control-grid-24           the control for the grid check's speed disagreements: each of
+#                                 those trials in two new interpreters, compared with each other
+#                                 (isolation_check.py --control): are two fresh processes as far
+#                                 apart as the fork server and a new interpreter were?
 #       grid-bert-large-budgets   python -m autotune model=bert-large search=grid budget_gib=[16,24,40]
 #                                 (every trial capped at 40 GiB; the winner of each budget)
 #   bash bench/h200_isolation.sh wait SECS       # until every step has ended or SECS pass
@@ -46,6 +50,10 @@ step() {
     grid-bert-large-24-rest) mkdir -p $base/$1
       cp -r docs/gpu-runs/isolation-h200/grid-bert-large-24 $base/$1/run
       python3 bench/isolation_check.py $base/$1/run --resume > $base/$1/check.log 2>&1 ;;
+    control-grid-24) mkdir -p $base/$1
+      cp -r docs/gpu-runs/isolation-h200/grid-bert-large-24 $base/$1/run
+      python3 bench/isolation_check.py $base/$1/run --control \
+        --only 005,010,020,026,037,038,041,043,047,007,023,045 > $base/$1/check.log 2>&1 ;;
     grid-bert-large-budgets) tune_and_check "$1" no model=bert-large search=grid 'budget_gib=[16,24,40]' ;;
     *) echo "unknown step $1" ;;
   esac

@@ -12,6 +12,10 @@ what it compared), and exits 1 if any comparison fails.
 
     python bench/isolation_check.py --table FILE.json   # the table again, from saved rows
     python bench/isolation_check.py RUN_DIR --resume    # finish a check that was cut short
+    python bench/isolation_check.py RUN_DIR --control --only 005,047
+        # the control: each trial in two new interpreters, compared with each other
+        # (RUN_DIR/isolation_control.json): how far two fresh processes of one
+        # configuration are apart when the mechanism is not in question
 """
 from __future__ import annotations
 
@@ -40,6 +44,8 @@ def compare(run: dict, fresh: dict) -> dict:
     checks = [row["same_status"]]
     if run["status"] == fresh["status"] == "ok":
         for key, limit in LIMITS.items():
+            if run.get(key) is None or fresh.get(key) is None:
+                continue  # a CPU trial has no allocator figures (its peak is peak_memory_gib)
             apart = _apart(run[key], fresh[key])
             row.update({key: run[key], f"fresh_{key}": fresh[key], f"{key}_apart": apart})
             checks.append(apart <= limit)
@@ -59,23 +65,33 @@ def main(argv=None) -> int:
     ap.add_argument("--table", type=Path, help="print the table of rows saved by an earlier check; run nothing")
     ap.add_argument("--resume", action="store_true",
                     help="keep the rows already in --out and check only the trials they lack (a check cut short)")
+    ap.add_argument("--control", action="store_true",
+                    help="compare two new interpreters with each other instead of the run with one")
+    ap.add_argument("--only", help="comma-separated trial numbers (the trials/ folder names) to check")
     args = ap.parse_args(argv)
     if args.table:
         return print_table(json.loads(args.table.read_text()))
     if args.run_dir is None:
         ap.error("RUN_DIR is needed unless --table is given")
-    out = args.out or args.run_dir / "isolation_check.json"
+    out = args.out or args.run_dir / ("isolation_control.json" if args.control else "isolation_check.json")
+    only = set(args.only.split(",")) if args.only else None
     rows = json.loads(out.read_text()) if args.resume and out.is_file() else []
     done = {r["trial"] for r in rows}
     for trial_dir in sorted((args.run_dir / "trials").iterdir()):
         spec_path, result_path = trial_dir / "spec.json", trial_dir / "result.json"
         if trial_dir.name in done or not (spec_path.is_file() and result_path.is_file()):
             continue  # never ran (pruned, skipped) or left no result
+        if only is not None and trial_dir.name not in only:
+            continue
         spec, run = json.loads(spec_path.read_text()), json.loads(result_path.read_text())
         spec.pop("result", None)
         strategy = Strategy(**spec["strategy"])
         timeout = default_timeout(spec["warmup_steps"], spec["measure_steps"], spec.get("min_measure_s", 0.0))
-        fresh = run_trial(spec, args.run_dir / "fresh" / trial_dir.name, timeout, env=allocator_env(strategy.allocator))
+        env = allocator_env(strategy.allocator)
+        if args.control:  # the reference is a new interpreter as well
+            run = run_trial(spec, args.run_dir / "control-a" / trial_dir.name, timeout, env=env)
+        fresh = run_trial(spec, args.run_dir / ("control-b" if args.control else "fresh") / trial_dir.name, timeout,
+                          env=env)
         row = {"trial": trial_dir.name, "config": strategy.label(), **compare(run, fresh)}
         rows.append(row)
         print(json.dumps(row), flush=True)
