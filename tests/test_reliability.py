@@ -220,6 +220,17 @@ def test_a_model_whose_builder_fails_is_one_clear_error_not_n_failed_trials(tmp_
     assert states.count(optuna.trial.TrialState.WAITING) == 5
 
 
+def test_a_builder_that_returns_a_module_stops_the_study_at_its_first_trial(tmp_path):
+    db = tmp_path / "studies.db"
+    out = run_cli(tmp_path / "run", *faulty(tmp_path, "model.config.fault=module", f"storage=sqlite:///{db}"))
+    assert out.returncode == 2, out.stdout + out.stderr
+    text = out.stdout + out.stderr
+    assert "returned tests.workloads.Blocks, not an autotune Workload" in text
+    assert "AttributeError" not in text
+    states = [t.state for t in study_trials(db)]
+    assert states.count(optuna.trial.TrialState.FAIL) == 1 and states.count(optuna.trial.TrialState.WAITING) == 5
+
+
 def test_monotone_pruning_never_prunes_a_configuration_that_fits(tmp_path):
     # Known memory: micro-batches above 2 run out of memory, whatever the strategy.
     run_dir = tmp_path / "run"

@@ -44,7 +44,8 @@ def mlp(device: str, seq_len: int, width: int = 64, depth: int = 4, fault: str =
     (a child process that would outlive a careless kill), raise (in the builder),
     raise_in_step (at the first micro-step), nan (from micro-step nan_at on), oom_in_backward
     (torch.OutOfMemoryError raised by autograd's backward pass), cuda_assert
-    (a device-side assert: a sticky CUDA error). Any fault: a micro-batch above oom_above
+    (a device-side assert: a sticky CUDA error), module (returns the nn.Module, not a
+    Workload: the classic mistake with a builder of one's own). Any fault: a micro-batch above oom_above
     raises a real torch.OutOfMemoryError, as an allocator would. Each micro-step sleeps
     step_sleep plus a random 0..step_jitter seconds (noisy timing, different per process).
     """
@@ -61,6 +62,8 @@ def mlp(device: str, seq_len: int, width: int = 64, depth: int = 4, fault: str =
         raise RuntimeError("planted failure in the builder")
     with torch.device(device):
         model = Blocks(width, depth)
+    if fault == "module":
+        return model
     calls = {"n": 0}
     rng = random.Random(os.getpid() ^ time.time_ns())
 

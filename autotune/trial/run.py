@@ -24,6 +24,7 @@ from autotune.trial.clean_start import DirtyStart, check_clean_start, track  # n
 from autotune.trial.contract import TrialResult, TrialSpec  # noqa: E402
 from autotune.train.measure import host_link_gib_s, memory_growth_gib, memory_probe, step_time_stats  # noqa: E402
 from autotune.train.strategy import Strategy, apply_checkpointing, forward_context, make_scaler  # noqa: E402
+from autotune.train.workload import Workload  # noqa: E402
 
 
 MAX_MEASURE_STEPS = 200  # the most timed steps min_measure_s can ask for
@@ -133,6 +134,11 @@ def run(spec) -> dict:
         raise
     except Exception as e:
         raise BuildError(f"{type(e).__name__}: {e}") from e
+    if not isinstance(workload, Workload):  # else the first use fails with an AttributeError in every trial
+        got = type(workload)
+        raise BuildError(f"{spec.model.target} returned {got.__module__}.{got.__qualname__}, not an autotune "
+                         "Workload; return Workload(model=..., make_batch=..., loss=..., blocks=[...]) "
+                         "(from autotune import Workload; examples/custom_model.py shows one)")
     track(workload.model)
     workload.model.train()
     if strategy.checkpoint_fraction > 0 and not workload.blocks:

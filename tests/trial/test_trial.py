@@ -82,6 +82,13 @@ def test_a_failing_builder_is_an_error_of_the_build_phase(tmp_path):
     assert r["cause"] == "the model builder failed: RuntimeError: planted failure in the builder"
 
 
+def test_a_builder_that_returns_a_module_not_a_workload_is_a_build_error_naming_both(tmp_path):
+    r = run(tmp_path, spec(config={"fault": "module"}))
+    assert r["status"] == "error" and r["phase"] == "build", r
+    assert "tests.workloads:mlp returned tests.workloads.Blocks, not an autotune Workload" in r["cause"]
+    assert "return Workload(model=..., make_batch=..., loss=..., blocks=[...])" in r["cause"]
+
+
 def test_out_of_memory_in_backward_is_oom(tmp_path):
     # Forward OOM is tested with a planted allocation failure (test_reliability) and a real
     # one on CUDA (test_gpu); here the error comes out of autograd's backward engine.
