@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -79,8 +80,9 @@ def main() -> int:
         budget, run = item.split("=", 1)
         auto_best = yaml.safe_load((Path(run) / "best.yaml").read_text())
         auto_scoring = open_reviewed(run).scoring
-        scoring = grid_scoring.but(budgets=[float(budget)], objective=auto_best["objective"])
-        scoring = type(scoring)(scoring.global_batch, scoring.budgets, auto_scoring.roi, scoring.objective)
+        # The grid's table judged as the auto run judged its own: its budget, objective, prices.
+        scoring = replace(grid_scoring.but(budgets=[float(budget)], objective=auto_best["objective"]),
+                          roi=auto_scoring.roi)
         result = per_budget(table, scoring)[0]
         s = auto_best["strategy"]
         auto_key = (str(s["checkpointing"]), s["precision"], int(s["micro_batch"]), bool(s["offload"]), s["allocator"])
