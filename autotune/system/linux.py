@@ -1,4 +1,4 @@
-"""Every Linux-only call in one place: /proc, prctl, glibc's mallopt, flock, CPU affinity.
+"""Every Linux-only call in one place: /proc, prctl, glibc's mallopt and mallinfo2, flock, CPU affinity.
 
 Each function degrades to a harmless answer where the call does not exist (another OS,
 another libc), and says so in its return value, so callers record what they could measure
@@ -84,6 +84,24 @@ def reset_peak_rss() -> bool:
         return True
     except OSError:
         return False
+
+
+class _Mallinfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in
+                "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split()]
+
+
+def heap_in_use_bytes() -> Optional[int]:
+    """Bytes the program holds from malloc (glibc's mallinfo2: in-use heap chunks plus mapped
+    blocks, all arenas), or None where the libc has no mallinfo2 (not glibc, or glibc < 2.33).
+    Unlike RSS, it does not move when the allocator keeps or returns freed pages."""
+    try:
+        mallinfo2 = ctypes.CDLL("libc.so.6").mallinfo2
+    except (OSError, AttributeError):
+        return None
+    mallinfo2.restype = _Mallinfo2
+    info = mallinfo2()
+    return info.uordblks + info.hblkhd
 
 
 def mmap_threshold(nbytes: int) -> bool:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import statistics
 import warnings
 from dataclasses import dataclass
 from typing import Callable, List, Optional
@@ -28,7 +29,7 @@ from typing import Callable, List, Optional
 import torch
 
 from autotune.train.device import GIB, nvml_handle, nvml_used_bytes
-from autotune.system.linux import peak_rss_bytes, reset_peak_rss, rss_bytes
+from autotune.system.linux import heap_in_use_bytes, peak_rss_bytes, reset_peak_rss, rss_bytes
 
 log = logging.getLogger("autotune")
 
@@ -94,15 +95,18 @@ class MemoryGrowthWarning(UserWarning):
 
 
 class LeakCheck:
-    """Call ``step()`` after each training step; warns once when, over the last ``window``
-    steps, memory in use rose by more than ``min_growth_mib`` and a later reading was at
-    or above an earlier one in at least ``share`` of all pairs of readings. In use: ``torch.cuda.memory_allocated`` on CUDA, the resident set size on CPU.
-    A steady run's memory is flat after its first steps; a leak's climbs every step."""
+    """Call ``step()`` after each training step; warns once when memory in use climbs
+    steadily: the trend over the last ``window`` steps (the median of the slopes between
+    all pairs of readings) adds up to more than ``min_growth_mib``. In use:
+    ``torch.cuda.memory_allocated`` on CUDA; on CPU, the bytes held from malloc (glibc's
+    mallinfo2), or the resident set size where the libc has no mallinfo2. RSS alone would
+    not do: a steady CPU run's RSS wanders by 100 MiB and more as the heap takes and gives
+    back pages, while the bytes held from malloc stay flat to the byte."""
 
-    def __init__(self, window: int = 10, share: float = 0.8, min_growth_mib: float = 16.0, device=None):
+    def __init__(self, window: int = 10, min_growth_mib: float = 16.0, device=None):
         if window < 3:
             raise ValueError(f"window={window}: must be >= 3 steps")
-        self.window, self.share, self.min_growth = window, share, min_growth_mib * 2**20
+        self.window, self.min_growth = window, min_growth_mib * 2**20
         self.device = torch.device(device) if device is not None else None
         self.readings: List[int] = []
         self.fired = False
@@ -113,7 +117,8 @@ class LeakCheck:
         if cuda:
             torch.cuda.synchronize(self.device)
             return torch.cuda.memory_allocated(self.device)
-        return rss_bytes()
+        held = heap_in_use_bytes()
+        return held if held is not None else rss_bytes()
 
     def step(self) -> bool:
         """Record one step; True when it found steady growth (warned the first time)."""
@@ -121,18 +126,16 @@ class LeakCheck:
         last = self.readings[-(self.window + 1):]
         if len(last) <= self.window:
             return False
-        # Rank trend, not step-to-step: of all pairs of readings, the share where the later
-        # one is not below the earlier. An allocator hands memory out in chunks and gives
-        # some back now and then, so a leak's readings rise with flat steps and a few dips;
-        # a steady run's stay flat (every pair "not below", but no growth).
-        pairs = [(a, b) for i, a in enumerate(last) for b in last[i + 1:]]
-        held = sum(b >= a for a, b in pairs) / len(pairs)
-        growth = last[-1] - last[0]
-        leaking = held >= self.share and growth > self.min_growth
+        # The Theil-Sen slope (median of pairwise slopes), not first-to-last: one jump or dip
+        # (a cache filled once, memory given back once) moves few of the pairwise slopes; a
+        # leak's pairs nearly all climb, so their median is its rate per step.
+        slopes = sorted((b - a) / (j - i) for i, a in enumerate(last) for j, b in enumerate(last) if j > i)
+        growth = statistics.median(slopes) * self.window
+        leaking = growth > self.min_growth
         if leaking and not self.fired:
             self.fired = True
-            warnings.warn(f"memory in use rose by {growth / 2**20:.1f} MiB over the last {self.window} steps, "
-                          f"later readings at or above earlier ones in {held:.0%} of pairs: something keeps "
-                          "references from step to step (a stored loss tensor instead of loss.item(), a list of "
-                          "outputs, a growing cache)", MemoryGrowthWarning, stacklevel=2)
+            warnings.warn(f"memory in use rose by {growth / 2**20:.1f} MiB over the last {self.window} steps "
+                          "(the trend of its readings): something keeps references from step to step (a stored "
+                          "loss tensor instead of loss.item(), a list of outputs, a growing cache)",
+                          MemoryGrowthWarning, stacklevel=2)
         return leaking
