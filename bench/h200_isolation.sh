@@ -19,6 +19,8 @@
 #                                 apart as the fork server and a new interpreter were?
 #       grid-bert-large-budgets   python -m autotune model=bert-large search=grid budget_gib=[16,24,40]
 #                                 (every trial capped at 40 GiB; the winner of each budget)
+#   ONLY=037,047 (control-grid-24) and GPU_TESTS='not full_size' (gpu-tests, pytest -k)
+#   narrow a step to fit the device time left.
 #   bash bench/h200_isolation.sh wait SECS       # until every step has ended or SECS pass
 #   bash bench/h200_isolation.sh collect OUT     # OUT/isolation.tar.gz: logs, run directories
 # Each step writes /tmp/iso/STEP/ (tune.log, run/, check.log, cost.log) and a study storage
@@ -41,7 +43,8 @@ tune_and_check() {  # STEP CHECK(yes|no) OVERRIDES...
 step() {
   case "$1" in
     gpu-tests) mkdir -p $base/gpu-tests
-      python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu.py > $base/gpu-tests/pytest-gpu.log 2>&1 ;;
+      python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu.py ${GPU_TESTS:+-k "$GPU_TESTS"} \
+        > $base/gpu-tests/pytest-gpu.log 2>&1 ;;
     auto-bert-large-24) tune_and_check "$1" yes model=bert-large budget_gib=24 ;;
     auto-llama-16) tune_and_check "$1" yes model=llama budget_gib=16 ;;
     auto-bert-large-16) tune_and_check "$1" no model=bert-large budget_gib=16 ;;
@@ -53,7 +56,7 @@ step() {
     control-grid-24) mkdir -p $base/$1
       cp -r docs/gpu-runs/isolation-h200/grid-bert-large-24 $base/$1/run
       python3 bench/isolation_check.py $base/$1/run --control \
-        --only 005,010,020,026,037,038,041,043,047,007,023,045 > $base/$1/check.log 2>&1 ;;
+        --only "${ONLY:-005,010,020,026,037,038,041,043,047,007,023,045}" > $base/$1/check.log 2>&1 ;;
     grid-bert-large-budgets) tune_and_check "$1" no model=bert-large search=grid 'budget_gib=[16,24,40]' ;;
     *) echo "unknown step $1" ;;
   esac
