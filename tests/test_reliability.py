@@ -208,6 +208,43 @@ def test_noisy_timing_is_re_measured_in_fresh_processes_flagged_and_ranked_stabl
     assert "noisy" in (run_dir / "report.html").read_text()
 
 
+SPIN_UNTIL = """
+import os, sys, time
+end, stop = time.monotonic() + 300, sys.argv[1]
+while not os.path.exists(stop) and time.monotonic() < end:
+    for _ in range(100000):
+        pass
+"""
+
+
+def test_a_trial_that_shares_its_cores_with_a_busy_process_is_flagged_and_re_measured(tmp_path):
+    run_dir = tmp_path / "run"
+    # One spinning process per core the trials may use, until the first trial's result is
+    # written: trial 0 runs on cores that are busy throughout, whatever this machine's
+    # speed; the re-measurement runs after the spinners have stopped.
+    from autotune.system.linux import usable_cores
+
+    first = run_dir / "trials" / "000" / "result.json"
+    spinners = [subprocess.Popen([sys.executable, "-c", SPIN_UNTIL, str(first)]) for _ in range(usable_cores())]
+    try:
+        out = run_cli(run_dir, *faulty(tmp_path, "model.config.step_sleep=0.05", "trial.measure_steps=6",
+                                       "search=auto", "search.n_trials=1", "trial.repeats=1",
+                                       "objective=throughput", space=space_file(tmp_path, "[none]", 2, 2)))
+    finally:
+        for p in spinners:
+            p.kill()
+            p.wait()
+    assert out.returncode == 0, out.stdout + out.stderr
+    first_line = next(line for line in out.stdout.splitlines() if line.startswith("[  1/"))
+    assert "CONTENDED: other processes used" in first_line, out.stdout
+    assert "re-measuring 1 close contender(s) 1 more time(s) each" in out.stdout, out.stdout
+    assert "[repeat 1 of trial 0]" in out.stdout
+    assert "contention: 1 trial(s)" in out.stdout  # the summary says so, whichever way the repeat went
+    row = pd.read_csv(run_dir / "trials.csv").iloc[0]
+    assert row["contended_runs"] >= 1 and isinstance(row["contention"], str)
+    assert "<b>Contention</b>" in (run_dir / "report.html").read_text()
+
+
 def test_a_model_whose_builder_fails_is_one_clear_error_not_n_failed_trials(tmp_path):
     db = tmp_path / "studies.db"
     out = run_cli(tmp_path / "run", *faulty(tmp_path, "model.config.fault=raise", f"storage=sqlite:///{db}"))

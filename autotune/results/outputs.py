@@ -96,6 +96,28 @@ def trial_cost(scored: pd.DataFrame) -> Optional[str]:
             f"step) and timed steps {med['measured_s']:.1f} s")
 
 
+def contention_note(scored: pd.DataFrame) -> Optional[str]:
+    """One line on the trials that ran while other processes competed for the device."""
+    if "contended" not in scored:
+        return None
+    ok = scored["status"] == "ok"
+    still = scored[ok & scored["contended"].fillna(False).astype(bool)]
+    runs = pd.to_numeric(scored.get("contended_runs", pd.Series(0, index=scored.index)), errors="coerce").fillna(0)
+    quiet_again = scored[ok & (runs > 0) & ~scored["contended"].fillna(False).astype(bool)]
+    if still.empty and quiet_again.empty:
+        return None
+    parts = []
+    if len(quiet_again):
+        parts.append(f"{len(quiet_again)} trial(s) ran while other processes competed for the device and were "
+                     "re-measured on a quiet one (their speed is the quiet run's): trial(s) "
+                     + ", ".join(str(int(n)) for n in quiet_again["number"]))
+    if len(still):
+        parts.append(f"{len(still)} trial(s) measured only while other processes competed for the device, so "
+                     "their speed is the machine's load as much as theirs (flagged noisy; a stable rival wins a tie): "
+                     + "; ".join(f"trial {int(r.number)}: {r.contention}" for r in still.itertuples()))
+    return "contention: " + ". ".join(parts)
+
+
 def summary(scored: pd.DataFrame, best: Optional[int], objective: str) -> str:
     lines = []
     counts = scored["status"].value_counts()
@@ -103,6 +125,9 @@ def summary(scored: pd.DataFrame, best: Optional[int], objective: str) -> str:
     cost = trial_cost(scored)
     if cost:
         lines.append(cost)
+    contention = contention_note(scored)
+    if contention:
+        lines.append(contention)
     if best is None:
         causes = scored[scored["status"] != "ok"].groupby("status")["cause"].first()
         lines.append("no configuration ran ok within the budget; causes:")

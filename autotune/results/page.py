@@ -23,6 +23,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from autotune.results import plot_style, svgplot  # noqa: E402
+from autotune.results.outputs import contention_note  # noqa: E402
 from autotune.scoring.effects import strategy_effects  # noqa: E402
 from autotune.scoring.score import Baseline  # noqa: E402
 from autotune.train.strategy import checkpoint_fraction, checkpoint_label  # noqa: E402
@@ -32,7 +33,7 @@ from autotune.store.table import MEMORY_AGREEMENT  # noqa: E402
 
 TABLE_COLUMNS = ["number", "status", "checkpointing", "precision", "micro_batch", "accumulation", "offload",
                  "allocator", "peak_memory_gib", "device_peak_gib", "peak_allocated_gib", "fragmentation_gib",
-                 "num_alloc_retries", "samples_per_s", "time_spread", "noisy", "samples_per_s_runs", "peak_memory_gib_runs", "roi",
+                 "num_alloc_retries", "samples_per_s", "time_spread", "noisy", "contended", "samples_per_s_runs", "peak_memory_gib_runs", "roi",
                  "fits_budget", "on_pareto", "cause"]
 
 
@@ -246,9 +247,12 @@ def write_report(run_dir: Path, scored: pd.DataFrame, best: Optional[int], basel
                      "over every process (samples_per_s_runs), time_spread the larger of the within-process and "
                      "between-process spreads. A difference inside the spread decides nothing: among configurations "
                      "tied within it, a stable one wins, then the one using less memory.")
+    contention = contention_note(scored)
+    if contention:
+        notes.append("<b>Contention</b>: " + esc(contention.removeprefix("contention: ")) + ".")
     noisy = scored[scored.get("noisy", pd.Series(False, index=scored.index)).fillna(False).astype(bool)]
     if len(noisy):
-        notes.append(f"{len(noisy)} trial(s) flagged noisy (timing spread above 10 %): "
+        notes.append(f"{len(noisy)} trial(s) flagged noisy (timing spread above 10 %, or measured under contention): "
                      + esc(", ".join(str(int(n)) for n in noisy["number"])) + ".")
     disagree = scored[scored.get("memory_disagrees", pd.Series(False, index=scored.index)).fillna(False).astype(bool)]
     if len(disagree):

@@ -53,6 +53,12 @@ def _is_baseline_strategy(trials: pd.DataFrame) -> pd.Series:
         pd.Series(alloc, index=trials.index) == "default")
 
 
+def baseline_number(trials: pd.DataFrame, global_batch: int) -> Optional[int]:
+    """The trial number of the baseline configuration, when it ran ok."""
+    row = trials[_is_baseline_strategy(trials) & (trials["micro_batch"] == global_batch) & (trials["status"] == "ok")]
+    return int(row.iloc[0]["number"]) if len(row) else None
+
+
 def find_baseline(trials: pd.DataFrame, global_batch: int, budget_gib: float) -> Baseline:
     plain = trials[_is_baseline_strategy(trials)]
     row = plain[plain["micro_batch"] == global_batch]
@@ -94,10 +100,12 @@ def score(trials: pd.DataFrame, global_batch: int, budget_gib: float, roi: dict)
     df["roi"] = roi_at(sps)
     # The range each figure could take within the trial's measured timing spread.
     spread = _spread(df)
-    slow, fast = sps * (1 - spread), sps * (1 + spread)
+    # Clamped at zero: a spread of 100 % or more bounds the speed below by nothing.
+    slow, fast = sps * (1 - spread).clip(lower=0.0), sps * (1 + spread)
     df["samples_per_s_lo"], df["samples_per_s_hi"] = slow, fast
     df["roi_lo"], df["roi_hi"] = np.minimum(roi_at(slow), roi_at(fast)), np.maximum(roi_at(slow), roi_at(fast))
-    df["noisy"] = spread > NOISY_SPREAD
+    df["contended"] = _contended(df)
+    df["noisy"] = (spread > NOISY_SPREAD) | df["contended"]
     mem = df["peak_memory_gib"].where(df["fits_budget"])
     df["on_pareto"] = pareto_mask(mem, df["samples_per_s"].where(df["fits_budget"]))
     return df, baseline
@@ -118,6 +126,13 @@ def objective_value(objective: str, peak_memory_gib: float, samples_per_s: float
 
 def _spread(df: pd.DataFrame) -> pd.Series:
     return pd.to_numeric(df.get("time_spread", pd.Series(0.0, index=df.index)), errors="coerce").fillna(0.0).clip(lower=0.0)
+
+
+def _contended(df: pd.DataFrame) -> pd.Series:
+    """Rows whose speed was measured only while other processes competed for the device."""
+    if "contended" not in df:
+        return pd.Series(False, index=df.index)
+    return df["contended"].map(lambda v: bool(v) if pd.notna(v) else False).astype(bool)
 
 
 def within_noise(scored: pd.DataFrame, objective: str) -> pd.Series:
@@ -141,7 +156,8 @@ def choose_best(scored: pd.DataFrame, objective: str) -> Optional[int]:
     """Index of the best fitting trial, or None.
 
     A difference smaller than the measured spread decides nothing: among the trials tied
-    with the top one within noise, a stable one (spread <= 10 %) wins over a noisy one,
+    with the top one within noise, a stable one (spread <= 10 %, measured on a quiet
+    device) wins over a noisy or contended one,
     then the one using less memory (memory is measured exactly), then the higher figure.
     """
     tied = within_noise(scored, objective)
@@ -149,6 +165,6 @@ def choose_best(scored: pd.DataFrame, objective: str) -> Optional[int]:
         return None
     key = "roi" if objective == "roi" else "samples_per_s"
     c = scored[tied]
-    order = pd.DataFrame({"noisy": _spread(c) > NOISY_SPREAD, "m": c["peak_memory_gib"], "k": -c[key],
+    order = pd.DataFrame({"noisy": (_spread(c) > NOISY_SPREAD) | _contended(c), "m": c["peak_memory_gib"], "k": -c[key],
                           "s": _spread(c)})
     return order.sort_values(["noisy", "m", "k", "s"], kind="stable").index[0]

@@ -27,6 +27,8 @@ def trials_table(study: optuna.Study) -> pd.DataFrame:
     largest (every run's is kept in ``peak_memory_gib_runs``, and ``memory_disagrees``
     flags runs more than 2 % apart), ``time_spread`` the larger of the within-process and
     between-process spreads, and a repeat that failed turns the row into that failure.
+    Runs measured while other processes competed for the device (``contended``) count for
+    speed only when no quiet run exists; the row is ``contended`` only then.
     """
     rows, repeats = [], {}
     for t in study.trials:
@@ -66,12 +68,20 @@ def _fold_repeats(row: dict, extra: list) -> None:
     runs = [row] + [r for r in extra if r["status"] == "ok"]
     if row["status"] != "ok" or len(runs) < 2:
         return
-    sps = [float(r["samples_per_s"]) for r in runs]
+    quiet = [r for r in runs if not r.get("contended")]
+    timed = quiet or runs
+    busy = [r for r in runs if r.get("contended")]
+    if busy:
+        row.update(contended_runs=len(busy), contended=not quiet)
+        if quiet:
+            row["contention"] = (f"contended in trial(s) {', '.join(str(r['number']) for r in busy)} "
+                                 f"({busy[0].get('contention')}); speed from the quiet run(s) only")
+    sps = [float(r["samples_per_s"]) for r in timed]
     median = statistics.median(sps)
     between = (max(sps) - min(sps)) / median if median > 0 else float("nan")
-    within = max(float(r.get("time_spread") or 0.0) for r in runs)
+    within = max(float(r.get("time_spread") or 0.0) for r in timed)
     row.update(samples_per_s=median, samples_per_s_runs=";".join(f"{v:.6g}" for v in sps),
-               process_spread=between, time_spread=max(within, between),
+               process_spread=between if len(sps) > 1 else float("nan"), time_spread=max(within, between),
                repeat_trials=";".join(str(r["number"]) for r in runs[1:]))
     peaks = [float(r["peak_memory_gib"]) for r in runs if r.get("peak_memory_gib") is not None]
     if peaks:

@@ -70,6 +70,8 @@ def progress_line(i: int, n: int, strategy: Strategy, result: dict) -> str:
                  f"{_fmt(result.get('wall_s'), '.1f')} s)")
     elif result.get("cause"):
         line += f" {result['cause'][:160]}"
+    if result.get("contended"):
+        line += f"  CONTENDED: {result.get('contention')}"
     return line
 
 
@@ -267,15 +269,26 @@ def _search_and_confirm(study, plan: Plan, run_dir: Path, search, on_trial, runn
         on_trial(f"search stopped: {stopping.reason}; the same command with a larger limit resumes it")
     elif plan.search != "grid":
         on_trial(f"search '{plan.search}' ended: {trials_run(study)} of {n_configs} configurations run")
-    if plan.repeats and not (stopping.reason and "timeout" in stopping.reason):
-        from autotune.study.confirm import contenders  # needs scoring, which needs the table built here
+    if stopping.reason and "timeout" in stopping.reason:
+        return
+    from autotune.study.confirm import baseline, contended, contenders  # scoring needs the table built here
 
-        picked = contenders(trials_table(study), plan)
-        for number in picked:
-            base = study.trials[number]
-            for k in range(1, plan.repeats + 1):
-                enqueue_missing(study, [base.params], {"repeat": k, "repeat_of": number})
-        if picked:
-            on_trial(f"re-measuring {len(picked)} close contender(s) {plan.repeats} more time(s) each, "
-                     "each in a fresh process")
-        measure_queue(study, plan, run_dir, None, None, on_trial, runner)
+    table = trials_table(study)
+    close = contenders(table, plan) if plan.repeats else []
+    busy = [n for n in contended(table, plan) if n not in close]
+    base = [n for n in baseline(table, plan) if n not in close + busy] if close else []
+    # Round by round (A B C, A B C, ...), not each configuration's repeats together, so
+    # that the configurations compared see the same conditions.
+    rounds = [close + base + busy] + [close + base] * (plan.repeats - 1)
+    for k, numbers in enumerate(rounds, start=1):
+        for number in numbers:
+            enqueue_missing(study, [study.trials[number].params], {"repeat": k, "repeat_of": number})
+    said = []
+    if close:
+        said.append(f"{len(close)} close contender(s)" + (" and the ROI baseline" if base else "")
+                    + f" {plan.repeats} more time(s) each")
+    if busy:
+        said.append(f"{len(busy)} trial(s) measured while other processes competed for the device, once more")
+    if said:
+        on_trial(f"re-measuring {' and '.join(said)}, each in a fresh process, interleaved")
+    measure_queue(study, plan, run_dir, None, None, on_trial, runner)

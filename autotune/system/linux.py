@@ -1,4 +1,5 @@
-"""Every Linux-only call in one place: /proc, prctl, glibc's mallopt and mallinfo2, flock, CPU affinity.
+"""Every Linux-only call in one place: /proc (memory, CPU time), prctl, glibc's mallopt and
+mallinfo2, flock, CPU affinity.
 
 Each function degrades to a harmless answer where the call does not exist (another OS,
 another libc), and says so in its return value, so callers record what they could measure
@@ -49,9 +50,45 @@ def cpu_model_name() -> Optional[str]:
     return None
 
 
+def usable_cpus() -> list:
+    """The numbers of the cores this process may run on (its affinity: a container's CPU set)."""
+    return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+
+
 def usable_cores() -> int:
-    """The cores this process may run on (its affinity: a container's CPU set), not the host's."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    """How many cores this process may run on, not the host's count."""
+    return len(usable_cpus())
+
+
+def cpu_busy_seconds(cpus) -> Optional[float]:
+    """CPU time the cores ``cpus`` spent on anything but idle and I/O wait since boot
+    (/proc/stat; steal counted as busy: another guest had the core), or None where unreadable."""
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    wanted = {f"cpu{c}" for c in cpus}
+    busy = 0
+    try:
+        with open("/proc/stat") as f:
+            for line in f:
+                name, *fields = line.split()
+                if name in wanted:
+                    user, nice, system, idle, iowait, irq, softirq, steal = (int(v) for v in fields[:8])
+                    busy += user + nice + system + irq + softirq + steal
+    except (OSError, ValueError):
+        return None
+    return busy / tick
+
+
+def process_cpu_seconds() -> float:
+    """User and system CPU time of this process, all its threads."""
+    t = os.times()
+    return t.user + t.system
+
+
+def load_average() -> Optional[float]:
+    try:
+        return os.getloadavg()[0]
+    except (OSError, AttributeError):
+        return None
 
 
 def rss_bytes() -> int:

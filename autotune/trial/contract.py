@@ -92,5 +92,15 @@ class TrialResult(TypedDict, total=False):
     losses: List[float]
     timings: Dict[str, float]  # startup_s, build_s, first_step_s, total_s
     wall_s: float
+    # what else used the device during the timed steps (trial/contention.py)
+    contended: bool
+    contention: Optional[str]  # why, when contended
+    trial_cores: int
+    own_cpu_cores: float
+    other_cpu_cores: float
+    load_average: Optional[float]
+    gpu_other_processes: int
+    gpu_other_memory_gib: float
+    gpu_other_sm_util: Optional[int]
     n_checkpointed: int
     n_blocks: int

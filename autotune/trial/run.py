@@ -21,6 +21,7 @@ import torch  # noqa: E402
 
 from autotune.trial import clean_start  # noqa: E402
 from autotune.trial.clean_start import DirtyStart, check_clean_start, track  # noqa: E402
+from autotune.trial.contention import Contention  # noqa: E402
 from autotune.trial.contract import TrialResult, TrialSpec  # noqa: E402
 from autotune.train.measure import host_link_gib_s, memory_growth_gib, memory_probe, step_time_stats  # noqa: E402
 from autotune.train.strategy import Strategy, apply_checkpointing, forward_context, make_scaler  # noqa: E402
@@ -170,12 +171,15 @@ def run(spec) -> dict:
     step_times, losses, in_use = [], [], []
     status, cause = "ok", None
     profiler = None
+    contention = Contention(getattr(probe, "handle", None))
     i = 0
     while i < warmup + measure or (sum(step_times) < min_measure_s and len(step_times) < MAX_MEASURE_STEPS):
         if i == warmup and spec.profile_dir:
             profiler = start_profiler(device_type)
         if i == warmup and memory is None:
             probe.start_window()
+        if i == warmup:
+            contention.start()
         sync()
         t = time.perf_counter()
         loss = step()
@@ -191,6 +195,7 @@ def run(spec) -> dict:
                 break
         i += 1
     timings["measured_s"] = sum(step_times)
+    load = contention.finish() if step_times else {}
     if profiler is not None:
         profiler.__exit__(None, None, None)
         write_profile(profiler, Path(spec.profile_dir), device_type)
@@ -206,7 +211,7 @@ def run(spec) -> dict:
     result = {"status": status, "cause": cause, "device": device_type, "n_checkpointed": n_ckpt,
               "n_blocks": len(workload.blocks), "losses": losses, "step_times_s": step_times, "timings": timings,
               "allocator_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""), "static_gib": static_bytes / 2**30,
-              **limits}
+              **limits, **load}
     result.update(measured_memory)
     if status == "ok":
         # For search=auto's bound on offload (fact 6), after the measurement so that nothing
