@@ -36,6 +36,34 @@ def _overridden_keys(overrides) -> frozenset:
     return frozenset(o.split("=", 1)[0].lstrip("+~") for o in overrides)
 
 
+def dry_run_text(plan: Plan) -> str:
+    """dry_run=true: what would run, as it would run (the model's sizes after any CPU
+    reduction, each configuration with its skip reason), and that nothing ran."""
+    from autotune.search.space import skip_reason
+    from autotune.study.driver import grid_configs, strategy_of
+
+    d = plan.device
+    sizes = ", ".join(f"{k}={v}" for k, v in plan.model_config.items() if isinstance(v, (int, float, str, bool)))
+    lines = ["dry run: nothing is measured, no study is opened or written",
+             f"model {plan.model_name} ({plan.model_target}) as it will run: {sizes or 'its builder defaults'}; "
+             f"seq_len {plan.seq_len}, global batch {plan.global_batch}",
+             f"trials: {plan.warmup_steps} warm-up and at least {plan.measure_steps} timed steps"
+             + (f" and {plan.min_measure_s:g} s" if plan.min_measure_s else "")
+             + f", {plan.timeout_s:g} s limit each, isolation {plan.isolation}, {plan.repeats} re-measurement(s) "
+               f"of each close contender; objective {plan.objective}"]
+    configs = grid_configs(plan)
+    will = "runs" if plan.search == "grid" else "may run"
+    rows = []
+    for c in configs:
+        strategy = strategy_of(c, plan.global_batch)
+        reason = skip_reason(strategy, d.precisions, d.unsupported, d.kind)
+        rows.append(f"  {strategy.label()} " + (f"skipped: {reason}" if reason else will))
+    lines.append(f"{len(configs)} configurations ({sum(1 for r in rows if 'skipped:' not in r)} runnable"
+                 + ("" if plan.search == "grid" else f"; search={plan.search} measures those its bounds cannot "
+                    "rule out") + "):")
+    return "\n".join(lines + rows)
+
+
 def _describe(plan: Plan) -> None:
     d = plan.device
     grid = plan.choices
@@ -96,6 +124,9 @@ def tune(cfg: DictConfig, run_dir: Path, overrides=(), hydra_overrides=()) -> in
                 ("hydra.run.dir", "hydra.sweep.dir", "hydra.output_subdir")]
     command = redact(" ".join(["python -m autotune", *map(shlex.quote, [*composed, *overrides])]), storage)
     log.info(f"study '{plan.study_name}' in {redact(storage)}")
+    if plan.dry_run:
+        log.info(dry_run_text(plan))
+        return 0
     interrupted = False
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)  # SIGTERM cleans up like Ctrl-C
     others = []

@@ -101,3 +101,23 @@ def test_several_budgets_get_a_best_config_each_from_the_same_trials(tmp_path):
     assert not (run_dir / "best-0.0001GiB.yaml").exists()
     assert yaml.safe_load((run_dir / "best-1GiB.yaml").read_text())["budget_gib"] == 1
     assert "Best per budget" in (run_dir / "report.html").read_text()
+
+
+def test_dry_run_prints_the_plan_as_it_will_run_and_runs_nothing(tmp_path):
+    space = tmp_path / "space.yaml"
+    space.write_text("checkpointing: [none, full]\nprecision: [fp32]\nmicro_batch: {min: 2, max: 4}\n"
+                     "offload: [false, true]\n")
+    run_dir = tmp_path / "run"
+    out = run_cli(run_dir, "model=bert", "dry_run=true", f"search_space.path={space}", "device=cpu")
+    assert out.returncode == 0, out.stdout + out.stderr
+    text = out.stdout
+    assert "dry run: nothing is measured" in text
+    # The sizes that will run: the CPU reduction applied, not the model group's full size.
+    assert "as it will run: hidden_size=256, num_hidden_layers=4" in text and "global batch 16" in text
+    lines = [line for line in text.splitlines() if line.startswith("  ckpt=")]
+    assert len(lines) == 2 * 2 * 2  # checkpointing x micro_batch (2, 4 divide 16) x offload
+    offloaded = [line for line in lines if "offload" in line]
+    assert len(offloaded) == 4 and all("skipped: offload moves saved activations" in line for line in offloaded)
+    assert all(line.endswith("may run") for line in lines if line not in offloaded)
+    assert "8 configurations (4 runnable" in text
+    assert not (tmp_path / "studies.db").exists() and not (run_dir / "trials").exists()

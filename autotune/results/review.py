@@ -74,14 +74,39 @@ def _load_study(url: str, study_name: Optional[str]) -> optuna.Study:
         raise ReviewError(f"{redact(url)}: holds no study")
     if study_name is None:
         if len(names) > 1:
-            raise ReviewError(f"{redact(url)} holds {len(names)} studies; pick one with --study NAME: "
-                              + ", ".join(sorted(names)))
+            raise ReviewError(f"{redact(url)} holds {len(names)} studies; pick one with --study NAME:\n"
+                              + study_listing(storage, names))
         study_name = names[0]
     elif study_name not in names:
         raise ReviewError(f"--study {study_name}: not in {redact(url)}; it holds: {', '.join(sorted(names))}")
     study = optuna.load_study(study_name=study_name, storage=storage)
     check_readable(study, url)
     return study
+
+
+def study_listing(storage, names: List[str]) -> str:
+    """One line per study, oldest first: name, model, search space, budgets, when its first
+    trial started and how many trials it holds, so that studies whose names are digests
+    can be told apart."""
+    from autotune.store.storage import SETUP_ATTR
+
+    rows = []
+    for name in names:
+        study = optuna.load_study(study_name=name, storage=storage)
+        trials = study.get_trials(deepcopy=False)
+        starts = [t.datetime_start for t in trials if t.datetime_start is not None]
+        settings, setup = study.user_attrs.get(SETTINGS_ATTR) or {}, study.user_attrs.get(SETUP_ATTR) or {}
+        meta = settings.get("meta") or {}
+        model = meta.get("model") or str(setup.get("target", "?")).rsplit(".", 1)[-1]
+        budgets = settings.get("budgets") or ([setup["memory_cap_gib"]] if setup.get("memory_cap_gib") else [])
+        space = setup.get("space") or {}
+        dims = ", ".join(f"{k} {len(v)}" for k, v in space.items() if isinstance(v, list) and len(v) > 1)
+        rows.append((min(starts).strftime("%Y-%m-%d %H:%M") if starts else "no trial yet", name, model,
+                     "/".join(f"{float(b):g}" for b in budgets) + " GiB" if budgets else "budget ?", dims or "?",
+                     len(trials)))
+    rows.sort(key=lambda r: r[0])
+    return "\n".join(f"  {name}: model {model}, budget {budget}, space ({dims}), started {start}, {n} trials"
+                     for start, name, model, budget, dims, n in rows)
 
 
 def _default_roi() -> dict:

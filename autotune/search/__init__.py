@@ -52,13 +52,24 @@ class QueueSearch:
         trial = claim(study)
         if trial is not None or self.auto is None:
             return trial
-        live = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING, optuna.trial.TrialState.RUNNING))
-        pending = {(family_of(p), int(p["micro_batch"])) for t in live if (p := params_of(t))}
-        proposal = self.auto.propose(trials_table(study), pending)
+        proposal = self.auto.propose(trials_table(study), _pending(study))
         if proposal is None:
             return None
         enqueue_missing(study, [proposal])
         return claim(study)
+
+
+    def left(self, study: optuna.Study) -> Optional[int]:
+        """Configurations still to run: those queued and, for auto, those its bounds have not
+        ruled out yet (an upper bound)."""
+        waiting = len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)))
+        return waiting + (self.auto.left(trials_table(study), _pending(study)) if self.auto is not None else 0)
+
+
+def _pending(study: optuna.Study) -> set:
+    """(family, micro_batch) of the configurations queued or running."""
+    live = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING, optuna.trial.TrialState.RUNNING))
+    return {(family_of(p), int(p["micro_batch"])) for t in live if (p := params_of(t))}
 
 
 def make_search(name: str, configs: List[dict], runnable: List[dict], choices: dict, plan):

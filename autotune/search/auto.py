@@ -206,12 +206,27 @@ class AutoSearch:
 
         ``pending``: configuration keys (family, micro_batch) queued or running elsewhere.
         """
+        base, worth, lines = self._worth(table, pending)
+        if base is not None:  # ROI is relative to the baseline: measure it first
+            return base
+        if not worth:
+            return None
+        return self._config(self._pick(worth, lines))
+
+    def left(self, table: pd.DataFrame, pending: set) -> int:
+        """How many configurations could still be worth measuring: the search's bound on
+        what is left (each measurement can only rule more out)."""
+        base, worth, _ = self._worth(table, pending)
+        return len(worth) + (base is not None and (family_of(base), base["micro_batch"]) not in worth)
+
+    def _worth(self, table: pd.DataFrame, pending: set) -> tuple:
+        """(the baseline config if it must run first, {key: gain} of the configurations that
+        could beat the best measured one, the memory lines)."""
         measured = self._measured(table) if not table.empty else {}
         lines = self._lines(measured)
-        if self.objective == "roi":  # ROI is relative to the baseline: measure it first
-            base = self._baseline_config()
-            if base is not None and not {(family_of(base), base["micro_batch"])} & (set(measured) | pending):
-                return base
+        base = self._baseline_config() if self.objective == "roi" else None
+        if base is not None and {(family_of(base), base["micro_batch"])} & (set(measured) | pending):
+            base = None
         baselines = {b: find_baseline(table, self.global_batch, b) if not table.empty else None for b in self.budgets}
         thresholds = {b: self._threshold(table, b) for b in self.budgets}
         worth: Dict[Tuple[tuple, int], float] = {}
@@ -228,9 +243,7 @@ class AutoSearch:
                 gain = value - thresholds[b]
                 if gain > 0:
                     worth[key] = max(worth.get(key, -INF), gain)
-        if not worth:
-            return None
-        return self._config(self._pick(worth, lines))
+        return base, worth, lines
 
     def _pick(self, worth: dict, lines) -> Tuple[tuple, int]:
         families = sorted({f for f, _ in worth}, key=lambda f: (saving_level(f), self.family_order.get(f, 0)))

@@ -117,6 +117,8 @@ class TuneConfig:
     storage: Optional[str] = opt(None, "Optuna storage URL or journal:PATH (null: outputs/autotune.db); "
                                        "AUTOTUNE_STORAGE keeps a password off the command line")
     profile: bool = opt(False, "true: the best runs once more under torch.profiler (profile/)")
+    dry_run: bool = opt(False, "true: print the plan (the sizes that will run, each configuration and what is "
+                               "skipped and why, the study) and run nothing")
     workers: Any = opt(1, "drivers on one study: N, or auto (one per visible GPU)")
 
 
@@ -191,7 +193,7 @@ autotune.load_tuned), trials.csv and report.html (the Pareto front) to the run d
   autotune model=bert-large budget_gib=24             under a 24 GiB budget
   autotune model=custom model.target=my_pkg.models:build
   autotune experiment=bert_large_budgets              a named set of overrides
-  autotune model=bert --cfg job                       print the composed config, run nothing
+  autotune model=bert dry_run=true                    print the plan as it will run, run nothing
 """
 
 

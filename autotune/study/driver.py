@@ -16,6 +16,7 @@ import itertools
 import json
 import logging
 import math
+import statistics
 import time
 from pathlib import Path
 from typing import Callable, Optional
@@ -24,6 +25,7 @@ import optuna
 
 from autotune.study.plan import Plan
 from autotune.trial.contract import ModelSpec, TrialSpec
+from autotune.trial.progress import Ticker
 from autotune.trial.runner import ForkServer, run_trial
 from autotune.search.space import skip_reason
 from autotune.trial.clean_start import trusted
@@ -161,14 +163,16 @@ def measure_queue(study: optuna.Study, plan: Plan, run_dir: Path, search=None, s
             study.tell(trial, state=optuna.trial.TrialState.PRUNED)
             continue
         try:
-            _measure(study, trial, plan, run_dir, choices, on_trial, runner, of)
+            _measure(study, trial, plan, run_dir, choices, on_trial, runner, of,
+                     lambda: time_left(study, search, stopping))
         except optuna.exceptions.UpdateFinishedTrialError:
             # Another driver closed this trial as orphaned (it heard no heartbeat in time):
             # its result is dropped here and the configuration retried by recover().
             on_trial(f"trial {trial.number} was closed by another driver while it ran; its configuration is retried")
 
 
-def _measure(study, trial: optuna.Trial, plan: Plan, run_dir: Path, choices: dict, on_trial, runner, of) -> None:
+def _measure(study, trial: optuna.Trial, plan: Plan, run_dir: Path, choices: dict, on_trial, runner, of,
+             eta: Callable[[], str] = lambda: "") -> None:
     params = {name: trial.suggest_categorical(name, choices[name]) for name in choices}
     strategy = strategy_of(params, plan.global_batch)
     trial.set_user_attr("accumulation", strategy.accumulation)
@@ -184,7 +188,8 @@ def _measure(study, trial: optuna.Trial, plan: Plan, run_dir: Path, choices: dic
     else:
         trial_dir = run_dir / "trials" / f"{trial.number:03d}"
         try:
-            with Heartbeat(study, trial_id(trial)):
+            with Heartbeat(study, trial_id(trial)), Ticker(on_trial, trial_dir, f"trial {trial.number} "
+                                                             f"({strategy.label().strip()})"):
                 result = runner(trial_spec(plan, strategy), trial_dir, plan.timeout_s,
                                 env=allocator_env(strategy.allocator))
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the trial was killed; retried on resume
@@ -196,20 +201,39 @@ def _measure(study, trial: optuna.Trial, plan: Plan, run_dir: Path, choices: dic
         trial.set_user_attr(k, v)
     done, planned = _counts(study)
     repeat = trial.user_attrs.get("repeat")
-    on_trial(progress_line(done + 1, of or planned, strategy, result)
-             + (f"  [repeat {repeat} of trial {trial.user_attrs.get('repeat_of')}]" if repeat else ""))
+    line = (progress_line(done + 1, of or planned, strategy, result)
+            + (f"  [repeat {repeat} of trial {trial.user_attrs.get('repeat_of')}]" if repeat else ""))
     if result["status"] == "ok":
         peak = result.get("device_peak_gib", result.get("peak_memory_gib"))
         study.tell(trial, [float(result["samples_per_s"]), float(peak)])
     else:
         study.tell(trial, state=optuna.trial.TrialState.PRUNED if result["status"] in ("skipped", "pruned")
                    else optuna.trial.TrialState.FAIL)
+    on_trial(line + (eta() if result["status"] not in ("skipped", "pruned") else ""))
     if result.get("phase") == "isolation":
         raise IsolationError(f"{result['cause']} (trial {trial.number}); the study stopped here")
     if result.get("phase") == "build":
         raise ModelBuildError(f"{result['cause']} (trial {trial.number}, log: {run_dir / 'trials' / f'{trial.number:03d}' / 'log.txt'}). "
                               "Every configuration builds the same model, so the study stopped here; fix the "
                               "model and run the same command again to resume")
+
+
+def time_left(study: optuna.Study, search, stopping: Optional[Stopping]) -> str:
+    """``  | about 2.5 min left (at most 6 more trials at 25 s each)``: the search's bound on
+    what is left (``search.left``; the trial limit caps it) times the median trial's wall time."""
+    left = search.left(study) if hasattr(search, "left") else None
+    bound = isinstance(search, QueueSearch) and search.auto is not None
+    if stopping is not None and stopping.n_trials is not None:
+        cap = max(0, stopping.n_trials - trials_run(study))
+        left = cap if left is None else min(left, cap)
+    walls = [float(t.user_attrs["wall_s"]) for t in study.get_trials(deepcopy=False)
+             if t.state.is_finished() and isinstance(t.user_attrs.get("wall_s"), (int, float))]
+    if not left or not walls:
+        return ""
+    each = statistics.median(walls)
+    total = left * each
+    when = f"{total / 60:.1f} min" if total >= 90 else f"{total:.0f} s"
+    return f"  | about {when} left ({'at most ' if bound else ''}{left} more trial(s) at {each:.0f} s each)"
 
 
 def oom_at_smaller_micro_batch(study: optuna.Study, params: dict):

@@ -62,6 +62,7 @@ class Plan:
     search_timeout_s: Optional[float] = None
     reductions: List[str] = field(default_factory=list)  # what a CPU run shrank, for the log and report
     profile: bool = False  # trace the best configuration once more under torch.profiler
+    dry_run: bool = False  # print the plan, run nothing
     workers: int = 1  # drivers on this study (autotune/study/workers.py)
     # Everything that changes a measurement (the study's name derives from it, and the
     # study records it: storage.check_setup refuses a study that measured another setup).
@@ -291,5 +292,5 @@ def make_plan(cfg: TuneConfig, overridden: frozenset = frozenset()) -> Plan:
         study_name=cfg.study_name or default_study_name(cfg.model.name, space_name, budgets, measured),
         storage=cfg.storage, reductions=reductions, search=sc.method, n_trials=sc.n_trials,
         search_timeout_s=sc.timeout,
-        isolation=t.isolation, min_measure_s=t.min_measure_s, profile=cfg.profile, setup=measured,
+        isolation=t.isolation, min_measure_s=t.min_measure_s, profile=cfg.profile, dry_run=cfg.dry_run, setup=measured,
         workers=worker_count(cfg.workers, device))

@@ -23,6 +23,7 @@ from autotune.trial import clean_start  # noqa: E402
 from autotune.trial.clean_start import DirtyStart, check_clean_start, track  # noqa: E402
 from autotune.trial.contention import Contention  # noqa: E402
 from autotune.trial.contract import TrialResult, TrialSpec  # noqa: E402
+from autotune.trial.progress import PROGRESS_FILE, TrialProgress  # noqa: E402
 from autotune.train.measure import host_link_gib_s, memory_growth_gib, memory_probe, step_time_stats  # noqa: E402
 from autotune.train.strategy import Strategy, apply_checkpointing, forward_context, make_scaler  # noqa: E402
 from autotune.train.workload import Workload  # noqa: E402
@@ -119,6 +120,7 @@ def run(spec) -> dict:
     device_type = "cuda" if device.startswith("cuda") else "cpu"
     sync = torch.cuda.synchronize if device_type == "cuda" else (lambda: None)
     timings = {}
+    progress = TrialProgress(Path(spec.result).with_name(PROGRESS_FILE) if spec.result else None)
 
     builder = resolve_builder(spec.model.target)
     probe = memory_probe(device)  # after imports (and CUDA start-up), before the model
@@ -128,6 +130,7 @@ def run(spec) -> dict:
     timings["startup_s"] = time.time() - (spec.launched_at or time.time())
 
     t = time.perf_counter()
+    progress.say("building the model", "build")
     torch.manual_seed(spec.seed)
     try:
         workload = builder(device=device, seq_len=spec.seq_len, **spec.model.config)
@@ -157,9 +160,11 @@ def run(spec) -> dict:
 
     memory = None
     if probe.separate_window:  # CPU: a step to create the optimizer state, then the memory step
+        progress.say("first step (creates the optimizer state)", "first")
         t = time.perf_counter()
         step()
         timings["first_step_s"] = time.perf_counter() - t
+        progress.say("memory step", "memory")
         probe.start_window()
         step()
         memory = probe.end_window()
@@ -180,6 +185,9 @@ def run(spec) -> dict:
             probe.start_window()
         if i == warmup:
             contention.start()
+        progress.say(f"warm-up step {i + 1} of {warmup}" if i < warmup else
+                     f"timed step {i - warmup + 1} of at least {measure}"
+                     + (f" and {min_measure_s:g} s" if min_measure_s else ""), "warm-up" if i < warmup else "timed")
         sync()
         t = time.perf_counter()
         loss = step()
@@ -216,6 +224,7 @@ def run(spec) -> dict:
     if status == "ok":
         # For search=auto's bound on offload (fact 6), after the measurement so that nothing
         # here can change it: the bytes offload would copy, and the link it would copy over.
+        progress.say("counting saved bytes and timing the host link (for the offload bound)", "after")
         try:
             if not strategy.offload:
                 result.update(saved_bytes(workload, strategy, torch.device(device), device_type))

@@ -1,5 +1,6 @@
 """Looking at results again without running anything: python -m autotune.show / .report."""
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -58,7 +59,10 @@ def test_show_reads_a_study_storage_and_names_the_studies_when_it_must_choose(ru
     assert done.returncode == 0, done.stdout + done.stderr
     out = cli("autotune.show", storage)
     assert out.returncode == 2 and "holds 2 studies; pick one with --study NAME" in out.stderr
-    assert "second" in out.stderr
+    # Each study on a line of its own, with what tells them apart.
+    listed = [line.strip() for line in out.stderr.splitlines() if line.startswith("  ")]
+    assert len(listed) == 2 and listed[1].startswith("second: model tiny, budget ")
+    assert all(re.search(r"started \d{4}-\d\d-\d\d \d\d:\d\d, \d+ trials$", line) for line in listed), listed
     out = cli("autotune.show", storage, "--study", "second")
     assert out.returncode == 0 and "roi @ " in out.stdout
     out = cli("autotune.show", storage, "--study", "third")
