@@ -22,6 +22,13 @@ def test_tune_writes_every_output(tmp_path):
                  ".hydra/config.yaml", "autotune.log"]:
         assert (run_dir / name).is_file(), name
 
+    # After each trial that ran, the time left (the queue times the median trial), in the
+    # search and in the re-measurement; none after the last of either.
+    ran_lines = [line for line in out.stdout.splitlines() if re.match(r"\[ *\d+/\d+\] .* ok ", line)]
+    for line in ran_lines:
+        i, n = map(int, re.match(r"\[ *(\d+)/(\d+)\]", line).groups())
+        eta = re.search(r"\| about [\d.]+ (s|min) left \((\d+) more trial\(s\) at \d+ s each\)$", line)
+        assert (eta is not None and int(eta.group(2)) == n - i) if i < n else eta is None, line
     trials = pd.read_csv(run_dir / "trials.csv")
     for col in ["status", "checkpointing", "precision", "micro_batch", "accumulation", "peak_memory_gib",
                 "samples_per_s", "roi", "cause"]:
@@ -42,8 +49,14 @@ def test_tune_writes_every_output(tmp_path):
     # spread of the top) re-measured once each in fresh processes (trial.repeats=1), then
     # the summary with the Pareto front.
     assert len(re.findall(r"^\[\s*\d+/18\]", out.stdout, flags=re.M)) == 18
-    repeats = re.findall(r"^\[\s*\d+/(\d+)\].*\[repeat 1 of trial (\d+)\]$", out.stdout, flags=re.M)
-    assert 2 <= len(repeats) <= 4 and {int(total) for total, _ in repeats} == {18 + len(repeats)}
+    repeats = re.findall(r"^\[\s*\d+/(\d+)\].*\[repeat 1 of trial (\d+)\]", out.stdout, flags=re.M)
+    assert {int(total) for total, _ in repeats} == {18 + len(repeats)}
+    # Two to four close contenders, the ROI baseline when it is not one of them, and any
+    # trial measured under contention (a loaded machine), each once: as announced.
+    said = re.search(r"re-measuring (\d+) close contender\(s\)( and the ROI baseline)? 1 more time\(s\) each"
+                     r"(?: and (\d+) trial\(s\) measured while other processes competed)?", out.stdout)
+    assert said and 2 <= int(said.group(1)) <= 4, out.stdout
+    assert len(repeats) == int(said.group(1)) + bool(said.group(2)) + int(said.group(3) or 0)
     folded = trials[trials["samples_per_s_runs"].notna()]
     assert sorted(folded["number"]) == sorted(int(n) for _, n in repeats)
     assert (folded["samples_per_s_runs"].str.count(";") == 1).all()  # two processes each

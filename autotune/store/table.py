@@ -80,7 +80,8 @@ def _fold_repeats(row: dict, extra: list) -> None:
     median = statistics.median(sps)
     between = (max(sps) - min(sps)) / median if median > 0 else float("nan")
     within = max(float(r.get("time_spread") or 0.0) for r in timed)
-    row.update(samples_per_s=median, samples_per_s_runs=";".join(f"{v:.6g}" for v in sps),
+    every = [float(r["samples_per_s"]) for r in runs]  # the contended ones too: the record keeps them
+    row.update(samples_per_s=median, samples_per_s_runs=";".join(f"{v:.6g}" for v in every),
                process_spread=between if len(sps) > 1 else float("nan"), time_spread=max(within, between),
                repeat_trials=";".join(str(r["number"]) for r in runs[1:]))
     peaks = [float(r["peak_memory_gib"]) for r in runs if r.get("peak_memory_gib") is not None]

@@ -24,16 +24,16 @@ PROGRESS_FILE = "progress.txt"
 
 class TrialProgress:
     """In the trial process: ``say(text)`` records where the trial is (cheaply: a new
-    phase is written at once, steps within a phase at most every WRITE_EVERY_S)."""
+    phase is written at once, steps within a phase at most every ``every`` seconds)."""
 
-    def __init__(self, path: Optional[Path]):
-        self.path, self.last, self.phase = path, 0.0, None
+    def __init__(self, path: Optional[Path], every: float = WRITE_EVERY_S):
+        self.path, self.every, self.last, self.phase = path, every, 0.0, None
 
     def say(self, text: str, phase: Optional[str] = None) -> None:
         if self.path is None:
             return
         now = time.monotonic()
-        if phase == self.phase and now - self.last < WRITE_EVERY_S:
+        if phase == self.phase and now - self.last < self.every:
             return
         self.phase, self.last = phase, now
         tmp = self.path.with_suffix(".tmp")

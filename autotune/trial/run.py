@@ -224,7 +224,7 @@ def run(spec) -> dict:
     if status == "ok":
         # For search=auto's bound on offload (fact 6), after the measurement so that nothing
         # here can change it: the bytes offload would copy, and the link it would copy over.
-        progress.say("counting saved bytes and timing the host link (for the offload bound)", "after")
+        progress.say("counting saved bytes (for the offload bound)", "after")
         try:
             if not strategy.offload:
                 result.update(saved_bytes(workload, strategy, torch.device(device), device_type))
