@@ -14,11 +14,12 @@ always run first, whatever the strategy.
 """
 from __future__ import annotations
 
-from typing import List, Optional, Protocol, runtime_checkable
+from typing import Callable, List, Optional, Protocol, runtime_checkable
 
 import optuna
+from optuna.trial import FrozenTrial
 
-from autotune.store.claims import claim, enqueue_missing, params_of
+from autotune.store.claims import claim, enqueue_missing, params_of, waiting
 from autotune.search.auto import AutoSearch, family_of
 from autotune.store.table import trials_table
 
@@ -41,15 +42,18 @@ class QueueSearch:
     """Grid and auto: configurations go into the study's queue, then are claimed from it.
     With no configurations and no auto, it only runs what is queued (re-measurements)."""
 
-    def __init__(self, name: str, configs: List[dict], auto: Optional[AutoSearch] = None):
-        self.name, self.configs, self.auto = name, configs, auto
+    def __init__(self, name: str, configs: List[dict], auto: Optional[AutoSearch] = None,
+                 only: Optional[Callable[[FrozenTrial], bool]] = None):
+        # only: which queued trials this search runs (re-measurement runs its repeats, not
+        # configurations a stopped grid left in the queue)
+        self.name, self.configs, self.auto, self.only = name, configs, auto, only
 
     def start(self, study: optuna.Study) -> int:
         """Queue what the strategy knows at the start; returns how many were added."""
         return enqueue_missing(study, self.configs) if self.auto is None else 0
 
     def next_trial(self, study: optuna.Study) -> Optional[optuna.Trial]:
-        trial = claim(study)
+        trial = claim(study, self.only)
         if trial is not None or self.auto is None:
             return trial
         proposal = self.auto.propose(trials_table(study), _pending(study))
@@ -62,8 +66,7 @@ class QueueSearch:
     def left(self, study: optuna.Study) -> Optional[int]:
         """Configurations still to run: those queued and, for auto, those its bounds have not
         ruled out yet (an upper bound)."""
-        waiting = len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)))
-        return waiting + (self.auto.left(trials_table(study), _pending(study)) if self.auto is not None else 0)
+        return len(waiting(study, self.only)) + (self.auto.left(trials_table(study), _pending(study)) if self.auto is not None else 0)
 
 
 def _pending(study: optuna.Study) -> set:

@@ -23,7 +23,7 @@ import os
 import socket
 import threading
 import time
-from typing import Iterable, List, Optional
+from typing import Callable, Iterable, List, Optional
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -93,10 +93,10 @@ def owner_alive(t: FrozenTrial, now: Optional[float] = None) -> bool:
     return now - beat < STALE_S
 
 
-def claim(study: optuna.Study) -> Optional[optuna.Trial]:
-    """Take one WAITING trial for this process, or None when none is left."""
+def claim(study: optuna.Study, only: Optional[Callable[[FrozenTrial], bool]] = None) -> Optional[optuna.Trial]:
+    """Take one WAITING trial for this process (one that ``only`` accepts), or None when none is left."""
     storage = storage_of(study)
-    for t in storage.get_all_trials(study_id(study), deepcopy=False, states=(TrialState.WAITING,)):
+    for t in waiting(study, only):
         try:
             if not storage.set_trial_state_values(trial_id(t), state=TrialState.RUNNING):
                 continue  # another driver took it first
@@ -105,6 +105,16 @@ def claim(study: optuna.Study) -> Optional[optuna.Trial]:
         own(study, trial_id(t))
         return trial_handle(study, trial_id(t))
     return None
+
+
+def waiting(study: optuna.Study, only: Optional[Callable[[FrozenTrial], bool]] = None) -> list:
+    """The study's WAITING trials, oldest first (those ``only`` accepts)."""
+    queued = storage_of(study).get_all_trials(study_id(study), deepcopy=False, states=(TrialState.WAITING,))
+    return [t for t in queued if only is None or only(t)]
+
+
+def is_repeat(t: FrozenTrial) -> bool:
+    return bool(t.user_attrs.get("repeat"))
 
 
 def own(study: optuna.Study, trial_id: int) -> None:

@@ -29,7 +29,8 @@ from autotune.trial.progress import Ticker
 from autotune.trial.runner import ForkServer, run_trial
 from autotune.search.space import skip_reason
 from autotune.trial.clean_start import trusted
-from autotune.store.claims import Heartbeat, cut_short, duplicate_of, enqueue_missing, is_duplicate, recover
+from autotune.store.claims import (Heartbeat, cut_short, duplicate_of, enqueue_missing, is_duplicate, is_repeat,
+                                   recover, waiting)
 from autotune.search import QueueSearch, make_search
 from autotune.store.optuna_access import trial_id
 from autotune.store.storage import check_setup, open_study
@@ -145,7 +146,7 @@ def measure_queue(study: optuna.Study, plan: Plan, run_dir: Path, search=None, s
         trial = None if stopping is not None and stopping.reached(study) else search.next_trial(study)
         if trial is None:
             recover(study)
-            if study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)) and not (
+            if waiting(study, getattr(search, "only", None)) and not (
                     stopping is not None and stopping.reason):
                 continue
             others = _running_elsewhere(study)
@@ -315,4 +316,5 @@ def _search_and_confirm(study, plan: Plan, run_dir: Path, search, on_trial, runn
         said.append(f"{len(busy)} trial(s) measured while other processes competed for the device, once more")
     if said:
         on_trial(f"re-measuring {' and '.join(said)}, each in a fresh process, interleaved")
-    measure_queue(study, plan, run_dir, None, None, on_trial, runner)
+    if any(rounds):
+        measure_queue(study, plan, run_dir, QueueSearch("repeats", [], only=is_repeat), None, on_trial, runner)
