@@ -70,11 +70,15 @@ def test_a_study_where_every_trial_fails_exits_non_zero_with_the_causes(tmp_path
     run_dir = tmp_path / "run"
     out = run_cli(run_dir, *faulty(tmp_path, "model.config.fault=raise_in_step", space=space_file(tmp_path, "[none]", 2, 4)))
     assert out.returncode == 1
-    assert "no configuration ran ok within the budget" in out.stdout
-    assert "error: RuntimeError: planted failure in the training step" in out.stdout
+    assert "nothing ran ok: all 2 trial(s) ended 2 error; causes:" in out.stdout
+    assert "2 x error: RuntimeError: planted failure in the training step" in out.stdout
     assert (pd.read_csv(run_dir / "trials.csv")["status"] == "error").sum() == 2
     assert not (run_dir / "best.yaml").exists()
-    assert (run_dir / "trials.csv").is_file() and (run_dir / "report.html").is_file()
+    assert (run_dir / "trials.csv").is_file()
+    # The report leads with the same: what broke, not "no configuration fits the budget".
+    page = (run_dir / "report.html").read_text()
+    headline = page.index("Nothing ran ok: all 2 trial(s) ended 2 error.")
+    assert headline < page.index("2 x error: RuntimeError: planted failure in the training step") < page.index("<h2>")
 
 
 def test_corrupt_storage_is_a_clear_error_and_stays_untouched(tmp_path):

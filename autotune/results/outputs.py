@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from pathlib import Path
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 import pandas as pd
 import yaml
@@ -118,6 +118,28 @@ def contention_note(scored: pd.DataFrame) -> Optional[str]:
     return "contention: " + ". ".join(parts)
 
 
+def no_best(scored: pd.DataFrame, most: int = 5) -> Tuple[str, List[str]]:
+    """Why no configuration won: a headline and the commonest causes, most frequent first
+    ("3 x oom: CUDA out of memory ..."), so a run where nothing worked leads with what broke."""
+    ok = scored[scored["status"] == "ok"]
+    if len(ok):
+        fits = ok["fits_budget"] if "fits_budget" in ok.columns else pd.Series(True, index=ok.index)
+        smallest = ok.loc[ok["peak_memory_gib"].idxmin()]
+        headline = (f"no configuration fits the budget: {len(ok)} ran ok, the smallest peaked at "
+                    f"{smallest['peak_memory_gib']:.3f} GiB (trial {int(smallest['number'])})"
+                    if not fits.fillna(False).astype(bool).any() else "no configuration could be scored")
+    else:
+        headline = f"nothing ran ok: all {len(scored)} trial(s) ended " + ", ".join(
+            f"{n} {s}" for s, n in scored["status"].value_counts().items())
+    bad = scored[scored["status"] != "ok"]
+    counted = (bad.assign(cause=bad["cause"].fillna("(no cause recorded)").astype(str).str.strip())
+               .groupby(["status", "cause"]).size().sort_values(ascending=False))
+    causes = [f"{n} x {s}: {c}" for (s, c), n in counted.head(most).items()]
+    if len(counted) > most:
+        causes.append(f"... and {len(counted) - most} other cause(s) (trials.csv, column cause)")
+    return headline, causes
+
+
 def summary(scored: pd.DataFrame, best: Optional[int], objective: str) -> str:
     lines = []
     counts = scored["status"].value_counts()
@@ -129,9 +151,9 @@ def summary(scored: pd.DataFrame, best: Optional[int], objective: str) -> str:
     if contention:
         lines.append(contention)
     if best is None:
-        causes = scored[scored["status"] != "ok"].groupby("status")["cause"].first()
-        lines.append("no configuration ran ok within the budget; causes:")
-        lines += [f"  {s}: {c}" for s, c in causes.items()]
+        headline, causes = no_best(scored)
+        lines.append(headline + ("; causes:" if causes else ""))
+        lines += [f"  {c}" for c in causes]
         return "\n".join(lines)
     b = scored.loc[best]
     extra = (" offload=true" if _true(b.get("offload")) else "") + (

@@ -23,7 +23,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from autotune.results import plot_style, svgplot  # noqa: E402
-from autotune.results.outputs import contention_note  # noqa: E402
+from autotune.results.outputs import contention_note, no_best  # noqa: E402
 from autotune.scoring.effects import strategy_effects  # noqa: E402
 from autotune.scoring.score import Baseline  # noqa: E402
 from autotune.train.strategy import checkpoint_fraction, checkpoint_label  # noqa: E402
@@ -226,7 +226,9 @@ def write_report(run_dir: Path, scored: pd.DataFrame, best: Optional[int], basel
     front = scored[scored["on_pareto"]].sort_values("peak_memory_gib")[cols]
     effects = strategy_effects(scored, meta["global_batch"])
     skipped = scored[scored["status"] == "skipped"]
-    best_html = "<p><b>No configuration fits the budget.</b></p>"
+    headline, causes = no_best(scored)
+    best_html = (f"<p class='best'><b>{esc(headline[0].upper() + headline[1:])}.</b></p>"
+                 + ("<ul class='causes'>" + "".join(f"<li>{esc(c)}</li>" for c in causes) + "</ul>" if causes else ""))
     if best is not None:
         b = scored.loc[best]
         best_html = (f"<p class='best'>Best by <b>{esc(meta['objective'])}</b>: checkpointing <b>{esc(b['checkpointing'])}</b>, "
