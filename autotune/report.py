@@ -33,9 +33,10 @@ def main(argv=None) -> int:
             "global_batch": reviewed.scoring.global_batch, "budgets": list(reviewed.scoring.budgets),
             "budget_gib": reviewed.scoring.primary_budget, "objective": reviewed.scoring.objective}
     primary = results[0]
+    meta["why"] = primary.why if primary.best is not None else None
     path = write_report(out, scored_for_report(results), primary.best, primary.baseline, meta,
                         budgets_table(results) if len(results) > 1 else None)
-    print(summary(primary.scored, primary.best, reviewed.scoring.objective))
+    print(summary(primary.scored, primary.best, reviewed.scoring.objective, meta["why"]))
     if len(results) > 1:
         print(budgets_summary(results))
     print(f"report: {path}")

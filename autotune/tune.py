@@ -26,6 +26,7 @@ from autotune.study.profile import profile_best
 from autotune.study.workers import start_workers, stop_workers, wait_workers
 from autotune.trial.runner import ForkServerError
 from autotune.system.safe_write import signals_deferred
+from autotune.results.changes import best_change, last_best, remember_best
 from autotune.results.review import record_settings, scored_for_report
 from autotune.store.storage import StorageError, default_storage, open_study, redact, snapshot
 
@@ -188,6 +189,10 @@ def _write_outputs(plan: Plan, study, run_dir: Path, storage: str, meta: dict, c
         results = per_budget(table, plan.scoring)
         primary = results[0]
         scored, best, baseline = scored_for_report(results), primary.best, primary.baseline
+        meta["why"] = primary.why if best is not None else None
+        meta["change"] = best_change(last_best(study), primary.scored, best, plan.scoring)
+        if not interrupted:
+            remember_best(study, primary.scored, best, plan.scoring)
         files = write_outputs(run_dir, plan, results, command)
     interrupted = interrupted or bool(stops)
     if plan.profile and primary.best is not None and not interrupted:
@@ -197,7 +202,9 @@ def _write_outputs(plan: Plan, study, run_dir: Path, storage: str, meta: dict, c
     with signals_deferred() as stops:
         report = write_report(run_dir, scored, best, baseline, meta,
                               budgets_table(results) if len(results) > 1 else None)
-        log.info(summary(scored, best, plan.objective))
+        log.info(summary(scored, best, plan.objective, meta["why"]))
+        if meta["change"]:
+            log.info(f"changed since the last run: {meta['change']}")
         if len(results) > 1:
             log.info(budgets_summary(results))
         log.info(f"outputs: {run_dir}  (report: {report.name}, tuned config: {', '.join(files) or 'none'})")

@@ -134,3 +134,21 @@ def test_dry_run_prints_the_plan_as_it_will_run_and_runs_nothing(tmp_path):
     assert all(line.endswith("may run") for line in lines if line not in offloaded)
     assert "8 configurations (4 runnable" in text
     assert not (tmp_path / "studies.db").exists() and not (run_dir / "trials").exists()
+
+
+def test_auto_records_what_the_device_cannot_run_and_the_headline_says_so(tmp_path):
+    space = tmp_path / "space.yaml"
+    space.write_text("checkpointing: [none]\nprecision: [fp32]\nmicro_batch: {min: 4, max: 8}\noffload: [false, true]\n")
+    run_dir = tmp_path / "run"
+    out = run_cli(run_dir, "model=tiny", "device=cpu", "global_batch=8", "seq_len=16", "trial.warmup_steps=1",
+                  "trial.measure_steps=2", "trial.repeats=0", f"search_space.path={space}")  # search=auto, the default
+    assert out.returncode == 0, out.stdout + out.stderr
+    trials = pd.read_csv(run_dir / "trials.csv")
+    offloaded = trials[trials["offload"]]
+    assert len(offloaded) == 2 and set(offloaded["status"]) == {"skipped"}  # recorded, as the grid does
+    assert offloaded["cause"].str.startswith("offload moves saved activations").all()
+    assert set(trials[~trials["offload"]]["status"]) == {"ok"}
+    assert "unavailable on this device, skipped: offload True: offload moves saved activations" in out.stdout
+    page = (run_dir / "report.html").read_text()
+    assert page.index("<b>Unavailable on this device</b> (skipped, never run): offload True: offload moves") \
+        < page.index("<h2>")

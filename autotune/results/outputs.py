@@ -118,6 +118,22 @@ def contention_note(scored: pd.DataFrame) -> Optional[str]:
     return "contention: " + ". ".join(parts)
 
 
+def unavailable(scored: pd.DataFrame) -> List[str]:
+    """Values of a dimension the device could not run at all ("precision bf16, fp16: <cause>"):
+    every configuration with that value was skipped, for one reason."""
+    out = []
+    for dim in ("precision", "offload", "allocator"):
+        if dim not in scored.columns:
+            continue
+        gone = {}
+        for value, rows in scored.groupby(scored[dim].astype(str), sort=False):
+            causes = set(rows["cause"].dropna())
+            if (rows["status"] == "skipped").all() and len(causes) == 1:
+                gone.setdefault(causes.pop(), []).append(value)
+        out += [f"{dim} {', '.join(values)}: {cause}" for cause, values in gone.items()]
+    return out
+
+
 def no_best(scored: pd.DataFrame, most: int = 5) -> Tuple[str, List[str]]:
     """Why no configuration won: a headline and the commonest causes, most frequent first
     ("3 x oom: CUDA out of memory ..."), so a run where nothing worked leads with what broke."""
@@ -140,10 +156,11 @@ def no_best(scored: pd.DataFrame, most: int = 5) -> Tuple[str, List[str]]:
     return headline, causes
 
 
-def summary(scored: pd.DataFrame, best: Optional[int], objective: str) -> str:
+def summary(scored: pd.DataFrame, best: Optional[int], objective: str, why: Optional[str] = None) -> str:
     lines = []
     counts = scored["status"].value_counts()
     lines.append("trials: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
+    lines += [f"unavailable on this device, skipped: {u}" for u in unavailable(scored)]
     cost = trial_cost(scored)
     if cost:
         lines.append(cost)
@@ -161,6 +178,8 @@ def summary(scored: pd.DataFrame, best: Optional[int], objective: str) -> str:
     lines.append(f"best by {objective}: checkpointing={b['checkpointing']} precision={b['precision']} "
                  f"micro_batch={int(b['micro_batch'])} accumulation={int(b['accumulation'])}{extra} "
                  f"({b['peak_memory_gib']:.3f} GiB, {b['samples_per_s']:.1f} samples/s)")
+    if why:
+        lines.append(f"why: {why}")
     lines.append("Pareto front (peak memory vs samples/s):")
     lines.append(pareto_table(scored)[SUMMARY_COLUMNS].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     return "\n".join(lines)

@@ -23,7 +23,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from autotune.results import plot_style, svgplot  # noqa: E402
-from autotune.results.outputs import contention_note, no_best  # noqa: E402
+from autotune.results.outputs import contention_note, no_best, unavailable  # noqa: E402
 from autotune.scoring.effects import strategy_effects  # noqa: E402
 from autotune.scoring.score import Baseline  # noqa: E402
 from autotune.train.strategy import checkpoint_fraction, checkpoint_label  # noqa: E402
@@ -234,7 +234,12 @@ def write_report(run_dir: Path, scored: pd.DataFrame, best: Optional[int], basel
         best_html = (f"<p class='best'>Best by <b>{esc(meta['objective'])}</b>: checkpointing <b>{esc(b['checkpointing'])}</b>, "
                      f"precision <b>{esc(b['precision'])}</b>, micro_batch <b>{int(b['micro_batch'])}</b> x accumulation "
                      f"<b>{int(b['accumulation'])}</b> - peak {b['peak_memory_gib']:.2f} GiB, {b['samples_per_s']:.1f} samples/s"
-                     + (f", ROI {b['roi']:.2f}" if pd.notna(b.get("roi")) else "") + "</p>")
+                     + (f", ROI {b['roi']:.2f}" if pd.notna(b.get("roi")) else "") + "</p>"
+                     + (f"<p class='why'>Why: {esc(meta['why'])}.</p>" if meta.get("why") else ""))
+    if meta.get("change"):
+        best_html += f"<p class='change'><b>Changed since the last run</b>: {esc(meta['change'])}</p>"
+    best_html += "".join(f"<p class='unavailable'><b>Unavailable on this device</b> (skipped, never run): "
+                         f"{esc(u)}.</p>" for u in unavailable(scored))
     notes = [f"Baseline (none / fp32 / micro_batch = global batch): {esc(baseline.note)}."]
     if meta.get("memory_cap_gib"):
         notes.append(f"Every trial ran with its CUDA allocator capped to {_num(meta['memory_cap_gib'])} GiB less its CUDA "
@@ -294,8 +299,10 @@ th {{ background: #f3f3f3; }} .best {{ font-size: 1.1em; }} code {{ background: 
 <div id="roi-plot">{_roi_svg(scored, best)}</div>
 <h2>Pareto front</h2>
 {_table(front)}
-<h2>Strategy effects against none / fp32 (measured) beside the article's claims</h2>
-{_table(effects, percent=("memory_change", "time_change"))}
+<h2>Strategy effects against none / fp32 (measured) beside common rules of thumb</h2>
+<p>Time changes carry the range both trials' measured spreads allow; one whose range includes no change is
+within noise, not an effect. The rules of thumb are figures often quoted for each technique, not measurements.</p>
+{_table(effects, percent=("memory_change", "time_change", "time_change_lo", "time_change_hi"))}
 <h2>All trials</h2>
 <p>Click a column's header to sort by it.</p>
 {_table(scored[cols], table_id="trials")}

@@ -15,7 +15,7 @@ from typing import List, Optional
 import numpy as np
 import pandas as pd
 
-from autotune.scoring.score import Baseline, choose_best, score
+from autotune.scoring.score import Baseline, choose_best, score, within_noise
 from autotune.scoring.settings import Scoring
 
 
@@ -33,13 +33,32 @@ def budget_label(budget_gib: float) -> str:
 
 
 def why_best(scored: pd.DataFrame, best: Optional[int], objective: str, budget_gib: float) -> str:
-    """One sentence: what the winner beat, and what would have beaten it without the budget."""
+    """Why the winner won, in one sentence: which rule decided (a lead larger than both
+    spreads, or a tie within noise broken by stability, then memory), which rivals it beat
+    or tied, and what would have beaten it without the budget."""
     if best is None:
         return f"nothing that ran ok fits {budget_gib:g} GiB"
-    b = scored.loc[best]
+    key = "roi" if objective == "roi" else "samples_per_s"
     fitting = int(scored["fits_budget"].sum())
-    text = f"the best {objective} of the {fitting} configuration(s) that fit"
+    tied = within_noise(scored, objective)
+    rivals = scored[tied].drop(index=best)
+    if len(rivals):
+        b = scored.loc[best]
+        noisy = rivals["noisy"].fillna(False).astype(bool)
+        alike = rivals[noisy == bool(b.get("noisy", False))]  # choose_best: stable first, then memory
+        rule = ("the only stable one (the others are noisy or contended)" if alike.empty
+                else "the one using least memory" + (" of the stable ones" if len(alike) < len(rivals) else "")
+                if (alike["peak_memory_gib"] > b["peak_memory_gib"]).all()
+                else f"the highest {objective} of those as stable and as small")
+        text = (f"tied within noise on {objective} with {len(rivals)} other(s) of the {fitting} that fit "
+                f"({_named(rivals, key)}); chosen as {rule}")
+    else:
+        others = scored[scored["fits_budget"] & np.isfinite(scored[key])].drop(index=best)
+        text = f"the best {objective} of the {fitting} configuration(s) that fit"
+        if len(others):
+            text += f", ahead of the runner-up by more than both spreads ({_named(others.nlargest(1, key), key)})"
     ok = scored[(scored["status"] == "ok") & np.isfinite(scored["samples_per_s"])]
+    b = scored.loc[best]
     faster = ok[(ok["samples_per_s"] > b["samples_per_s"]) & ~ok["fits_budget"]]
     if len(faster):
         f = faster.sort_values("samples_per_s").iloc[-1]
@@ -47,6 +66,25 @@ def why_best(scored: pd.DataFrame, best: Optional[int], objective: str, budget_g
                  f"micro_batch={int(f['micro_batch'])} ({f['samples_per_s']:.1f} samples/s) needs "
                  f"{f.get('device_peak_gib', f['peak_memory_gib']):.2f} GiB")
     return text
+
+
+def _named(rows: pd.DataFrame, key: str, most: int = 3) -> str:
+    """'trial 4: 52.1 [48.0, 56.2]; ...' for the first ``most`` rows by ``key``, then a count."""
+    rows = rows.sort_values(key, ascending=False)
+    parts = [f"trial {int(r['number'])}: {interval(r, key)}" for _, r in rows.head(most).iterrows()]
+    return "; ".join(parts) + (f"; {len(rows) - most} more" if len(rows) > most else "")
+
+
+def interval(row, key: str) -> str:
+    """A figure with the range its measured spread allows: '52.1 [48.0, 56.2]' (no range
+    where the spread bounds nothing)."""
+    v, lo, hi = row.get(key), row.get(f"{key}_lo"), row.get(f"{key}_hi")
+    fmt = (lambda x: f"{x:.3g}") if key == "roi" else (lambda x: f"{x:.1f}")
+    if v is None or not np.isfinite(v):
+        return "n/a"
+    if lo is None or hi is None or not (np.isfinite(lo) and np.isfinite(hi)):
+        return fmt(v)
+    return f"{fmt(v)} [{fmt(lo)}, {fmt(hi)}]"
 
 
 def per_budget(table: pd.DataFrame, scoring: Scoring) -> List[BudgetResult]:

@@ -2,17 +2,26 @@
 
 Pairs are compared at one reference micro-batch, so only the strategy differs: the
 baseline's (micro_batch = global_batch) when it ran, else the largest micro-batch at
-which none/fp32 ran. The article's claims are quoted beside each effect.
+which none/fp32 ran. Commonly quoted rules of thumb for each technique stand beside the
+measured effect (they are not measurements; the point is to see where this model differs).
+
+The time effect carries the interval that both trials' measured spreads allow; it is stated
+as a change only when that interval excludes no change, and otherwise as within noise.
+Memory is measured to the byte, but runs of one configuration may differ by up to
+MEMORY_NOISE (the repeat check's threshold), so a smaller memory change is within noise too.
 """
 from __future__ import annotations
 
 from typing import Optional
 
+import numpy as np
 import pandas as pd
 
 from autotune.train.strategy import checkpoint_label
 
-# (label, checkpointing, precision, offload, allocator, the article's claim)
+MEMORY_NOISE = 0.02  # runs of one configuration whose peaks differ by more are flagged (repeats)
+
+# (label, checkpointing, precision, offload, allocator, the commonly quoted rule of thumb)
 EFFECTS = [
     ("activation checkpointing (full)", "full", "fp32", False, "default", "-60 to -70 % memory, +20 to +30 % time"),
     ("selective checkpointing (half the blocks)", "0.5", "fp32", False, "default", "between none and full"),
@@ -44,24 +53,47 @@ def _row(trials: pd.DataFrame, ckpt: str, prec: str, mb: int, offload: bool = Fa
     return m.iloc[0] if len(m) else None
 
 
+def _speed_range(row) -> tuple:
+    """(low, high) samples/s within the trial's measured spread; low clamped at zero."""
+    sps = float(row["samples_per_s"])
+    spread = row.get("time_spread")
+    spread = 0.0 if spread is None or not np.isfinite(spread) else max(float(spread), 0.0)
+    return max(sps * (1 - spread), 0.0), sps * (1 + spread)
+
+
+def _pct(v: float) -> str:
+    return "unbounded" if not np.isfinite(v) else f"{100 * v:+.0f} %"
+
+
 def strategy_effects(trials: pd.DataFrame, global_batch: int) -> pd.DataFrame:
-    """memory_change and time_change (per sample) of each strategy against none/fp32."""
+    """memory_change and time_change (per sample) of each strategy against none/fp32, the
+    time change's interval (time_change_lo, time_change_hi), and a sentence that states an
+    effect as a fact only when its interval excludes no change."""
     mb = reference_micro_batch(trials, global_batch)
     rows = []
     ref = _row(trials, "none", "fp32", mb) if mb is not None else None
     for label, ckpt, prec, offload, allocator, claim in EFFECTS:
         row = {"strategy": label, "micro_batch": mb, "memory_change": None, "time_change": None,
-               "measured": "", "article_claim": claim}
+               "time_change_lo": None, "time_change_hi": None, "measured": "", "rule_of_thumb": claim}
         other = _row(trials, ckpt, prec, mb, offload, allocator) if mb is not None else None
         if ref is None:
             row["measured"] = "no none/fp32 trial ran ok: nothing to compare against"
         elif other is None:
-            row["measured"] = "not in the search space"
+            row["measured"] = f"not measured at micro_batch {mb} (outside the space, or ruled out by search=auto)"
         elif other["status"] != "ok":
-            row["measured"] = f"trial ended '{other['status']}'"
+            row["measured"] = f"trial ended '{other['status']}'" + (
+                f": {other['cause']}" if other["status"] == "skipped" and isinstance(other.get("cause"), str) else "")
         else:
-            row["memory_change"] = other["peak_memory_gib"] / ref["peak_memory_gib"] - 1
-            row["time_change"] = ref["samples_per_s"] / other["samples_per_s"] - 1
-            row["measured"] = f"memory {100 * row['memory_change']:+.0f} %, time {100 * row['time_change']:+.0f} %"
+            mem = other["peak_memory_gib"] / ref["peak_memory_gib"] - 1
+            (ref_lo, ref_hi), (oth_lo, oth_hi) = _speed_range(ref), _speed_range(other)
+            time = ref["samples_per_s"] / other["samples_per_s"] - 1
+            lo = ref_lo / oth_hi - 1
+            hi = ref_hi / oth_lo - 1 if oth_lo > 0 else float("inf")
+            row.update(memory_change=mem, time_change=time, time_change_lo=lo, time_change_hi=hi)
+            memory = (f"memory {100 * mem:+.0f} %" if abs(mem) > MEMORY_NOISE
+                      else f"memory within noise ({100 * mem:+.1f} %, runs differ by up to {100 * MEMORY_NOISE:.0f} %)")
+            timing = (f"time {100 * time:+.0f} % ({_pct(lo)} to {_pct(hi)})" if lo > 0 or hi < 0
+                      else f"time within noise ({_pct(lo)} to {_pct(hi)}: no change is inside the spreads)")
+            row["measured"] = f"{memory}, {timing}"
         rows.append(row)
     return pd.DataFrame(rows)

@@ -49,8 +49,9 @@ class QueueSearch:
         self.name, self.configs, self.auto, self.only = name, configs, auto, only
 
     def start(self, study: optuna.Study) -> int:
-        """Queue what the strategy knows at the start; returns how many were added."""
-        return enqueue_missing(study, self.configs) if self.auto is None else 0
+        """Queue what the strategy knows at the start (auto: the configurations the device
+        cannot run, so they are recorded skipped with the reason); returns how many were added."""
+        return enqueue_missing(study, self.configs)
 
     def next_trial(self, study: optuna.Study) -> Optional[optuna.Trial]:
         trial = claim(study, self.only)
@@ -77,11 +78,12 @@ def _pending(study: optuna.Study) -> set:
 
 def make_search(name: str, configs: List[dict], runnable: List[dict], choices: dict, plan):
     """The strategy ``name`` over the space's ``configs``; ``runnable``: those the device can
-    run (the others are recorded skipped by grid and the samplers, never proposed by auto)."""
+    run (the others are recorded skipped, never run)."""
     if name == "grid":
         return QueueSearch("grid", configs)
     if name == "auto":
-        return QueueSearch("auto", runnable, AutoSearch(runnable, plan.scoring, plan.memory_cap_gib))
+        unrunnable = [c for c in configs if c not in runnable]
+        return QueueSearch("auto", unrunnable, AutoSearch(runnable, plan.scoring, plan.memory_cap_gib))
     if name in ("random", "tpe", "nsga2"):
         from autotune.search.sampled import SampledSearch
 

@@ -99,7 +99,36 @@ def test_strategy_effects_compare_at_the_baseline_micro_batch():
     assert eff.loc["activation checkpointing (full)", "memory_change"] == pytest.approx(-0.6)
     assert eff.loc["activation checkpointing (full)", "time_change"] == pytest.approx(0.25)
     assert eff.loc["AMP bf16", "measured"] == "trial ended 'oom'"
-    assert eff.loc["checkpointing + bf16", "measured"] == "not in the search space"
+    assert eff.loc["checkpointing + bf16", "measured"].startswith("not measured at micro_batch 8")
+    # 1 % spreads: a 25 % slowdown is outside them, a fact with its interval.
+    assert eff.loc["activation checkpointing (full)", "measured"] == "memory -60 %, time +25 % (+23 % to +28 %)"
+
+
+def test_an_effect_whose_interval_includes_no_change_is_never_stated_as_a_fact():
+    """Overlapping intervals: checkpointing 10 % slower with 15 % spreads on both sides."""
+    df = table([["ok", "none", "fp32", 8, 10.0, 10.0], ["ok", "full", "fp32", 8, 4.0, 9.0],
+                ["ok", "none", "bf16", 8, 9.9, 30.0], ["ok", "full", "bf16", 8, 4.0, 9.5]])
+    df["time_spread"] = [0.15, 0.15, 0.01, 0.99]
+    eff = strategy_effects(df, 8).set_index("strategy")
+    ckpt = eff.loc["activation checkpointing (full)"]
+    assert ckpt["time_change_lo"] < 0 < ckpt["time_change_hi"]
+    assert "time within noise" in ckpt["measured"] and "time +" not in ckpt["measured"]
+    assert ckpt["measured"].startswith("memory -60 %")  # memory moved far more than runs differ
+    amp = eff.loc["AMP bf16"]
+    assert amp["measured"].startswith("memory within noise (-1.0 %")  # 1 % is inside what runs differ by
+    assert amp["time_change_hi"] < 0 and "time -67 %" in amp["measured"]  # 3x faster, outside both spreads
+    both = eff.loc["checkpointing + bf16"]  # a 99 % spread: its speed is bounded below by almost nothing
+    assert "time within noise" in both["measured"]
+    # No bound is negative where a bound must not be: every time interval is ordered, speeds >= 0.
+    ran = eff.dropna(subset=["time_change"])
+    assert (ran["time_change_lo"] <= ran["time_change"]).all() and (ran["time_change"] <= ran["time_change_hi"]).all()
+    assert (ran["time_change_lo"] >= -1).all()  # a time can shrink by at most 100 %
+
+
+def test_the_effects_memory_noise_is_the_repeat_check_threshold():
+    from autotune.scoring.effects import MEMORY_NOISE
+    from autotune.store.table import MEMORY_AGREEMENT
+    assert MEMORY_NOISE == MEMORY_AGREEMENT
 
 
 def test_a_difference_inside_the_spread_decides_nothing_and_the_stable_config_wins():
@@ -151,3 +180,24 @@ def test_the_scoring_settings_travel_as_one_value_and_are_read_back_strictly():
                               ("objective", "speed", "objective='speed': one of")):
         with pytest.raises(ScoringError, match=re.escape(words)):
             Scoring.from_dict({**s.to_dict(), key: value})
+
+
+def test_why_the_best_won_names_the_rule_and_the_rivals():
+    from autotune.scoring.budgets import why_best
+    df = table([["ok", "none", "fp32", 8, 10.0, 10.0], ["ok", "full", "bf16", 8, 5.0, 99.5],
+                ["ok", "none", "bf16", 8, 7.0, 100.0]])  # 0.5 % apart, both spreads 1 %: tied
+    scored, _ = score(df, 8, 80, ROI)
+    best = choose_best(scored, "throughput")
+    why = why_best(scored, best, "throughput", 80)
+    assert best == 1 and "tied within noise on throughput with 1 other(s)" in why
+    assert "trial 2: 100.0 [99.0, 101.0]" in why and "chosen as the one using least memory" in why
+    # Far apart: the lead decides, and the runner-up is named with its interval.
+    df.loc[1, "samples_per_s"] = 200.0
+    scored, _ = score(df, 8, 80, ROI)
+    why = why_best(scored, choose_best(scored, "throughput"), "throughput", 80)
+    assert "ahead of the runner-up by more than both spreads (trial 2: 100.0 [99.0, 101.0])" in why
+    # A noisy rival tied with a stable one: stability decides.
+    df.loc[1, "samples_per_s"], df.loc[1, "time_spread"] = 101.0, 0.2
+    scored, _ = score(df, 8, 80, ROI)
+    best = choose_best(scored, "throughput")
+    assert best == 2 and "chosen as the only stable one" in why_best(scored, best, "throughput", 80)

@@ -1,5 +1,6 @@
 """Search strategies: the auto search's structure on replayed workloads of known memory and
 speed (no trial process), then every strategy end to end, and resumed, on a tiny model."""
+import dataclasses
 import itertools
 import math
 import tempfile
@@ -8,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from autotune.results.outputs import unavailable
 from autotune.scoring.budgets import per_budget
 from autotune.train.device import DeviceInfo
 from autotune.study.driver import run_study
@@ -110,6 +112,27 @@ def test_auto_finds_the_grids_best_with_a_fraction_of_its_trials(budgets):
     measured = set(zip(auto["checkpointing"], auto["offload"], auto["micro_batch"]))
     unmeasured = truth[[k not in measured for k in zip(truth["checkpointing"], truth["offload"], truth["micro_batch"])]]
     assert (fits(unmeasured, min(budgets))["samples_per_s"] <= best * 1.02).all()
+
+
+def test_auto_records_what_the_device_cannot_run_as_skipped_and_the_summary_says_so():
+    """fp16 in the space on a device without it: auto never runs it, as before, but records
+    every fp16 configuration skipped with the device's reason, as the grid does."""
+    truth = known_workload()
+    plain, plain_replay, _ = replayed(truth, [12.0], "auto")
+    replay = Replay(truth)
+    with tempfile.TemporaryDirectory() as tmp:
+        plan = replay_plan(truth, [12.0], "auto")
+        plan = dataclasses.replace(
+            plan, space=dataclasses.replace(plan.space, precision=("bf16", "fp16")),
+            device=DeviceInfo("cuda", 0, "replay", 141.0, ("fp32", "bf16"), {"fp16": "no fp16 on this card"}))
+        table = trials_table(run_study(plan, Path(tmp) / "run", f"journal:{tmp}/s.log", on_trial=lambda _: None,
+                                       runner=replay))
+    fp16 = table[table["precision"] == "fp16"]
+    assert len(fp16) == 3 * 2 * 5 and set(fp16["status"]) == {"skipped"}
+    assert set(fp16["cause"]) == {"no fp16 on this card"}
+    assert replay.trials == plain_replay.trials  # nothing more was run
+    assert unavailable(table) == ["precision fp16: no fp16 on this card"]
+    assert unavailable(plain) == []
 
 
 @pytest.mark.parametrize("budget", [8.0, 12.0, 20.0])  # budgets where the blind search measures offload
