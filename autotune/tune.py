@@ -23,7 +23,7 @@ from autotune.results.outputs import summary, write_outputs
 from autotune.scoring.budgets import budgets_summary, budgets_table, per_budget
 from autotune.train.device import environment
 from autotune.study.profile import profile_best
-from autotune.study.workers import start_workers, stop_workers, wait_workers
+from autotune.study.workers import start_workers, stop_workers, take_cpu_share, wait_workers
 from autotune.trial.runner import ForkServerError
 from autotune.system.safe_write import signals_deferred
 from autotune.results.changes import best_change, last_best, remember_best
@@ -135,6 +135,10 @@ def tune(cfg: DictConfig, run_dir: Path, overrides=(), hydra_overrides=()) -> in
         if plan.workers > 1:
             others = start_workers(plan.workers, [*overrides, *hydra_overrides], run_dir, plan.study_name, storage,
                                    plan.device)
+        # after starting the others: a process inherits the affinity it starts with
+        cores = take_cpu_share(plan.workers, plan.device)
+        if cores is not None:
+            log.info(f"this worker runs on core(s) {', '.join(map(str, cores))}: each CPU worker has its own share")
         study = run_study(plan, run_dir, storage)
         wait_workers(others)  # they may still be finishing a re-measurement
     except (StorageError, ModelBuildError, IsolationError, ForkServerError) as e:

@@ -55,9 +55,17 @@ def pareto_figure(scored: pd.DataFrame, best: Optional[int], budgets: List[float
                    label=f"ckpt {ckpt} / {prec}" + (" / offload" if offload is True else ""), **style)
         if len(over):
             ax.scatter(over["peak_memory_gib"], over["samples_per_s"], s=46, alpha=0.35, **style)
+        ax.errorbar(g["peak_memory_gib"], g["samples_per_s"], fmt="none", ecolor=colour, alpha=0.6, lw=1,
+                    yerr=[(g["samples_per_s"] - g.get("samples_per_s_lo", g["samples_per_s"])).clip(lower=0),
+                          (g.get("samples_per_s_hi", g["samples_per_s"]) - g["samples_per_s"]).clip(lower=0)])
         for _, r in g.iterrows():
             ax.annotate(f"mb{int(r['micro_batch'])}", (r["peak_memory_gib"], r["samples_per_s"]),
                         textcoords="offset points", xytext=(4, 4), fontsize=7, color="#555")
+    noisy = ok[[plot_style.is_noisy(r) for _, r in ok.iterrows()]]
+    if len(noisy):
+        ax.scatter(noisy["peak_memory_gib"], noisy["samples_per_s"], s=170, facecolors="none",
+                   edgecolors=plot_style.NOISY_RING["edge"], linestyles=[(0, plot_style.NOISY_RING["dash"])],
+                   label="noisy or contended")
     front = scored[scored["on_pareto"]].sort_values("peak_memory_gib")
     if len(front):
         ax.plot(front["peak_memory_gib"], front["samples_per_s"], color="black", lw=1.2, alpha=0.7,
@@ -132,7 +140,7 @@ def _pareto_svg(scored: pd.DataFrame, best: Optional[int], baseline: Baseline, m
     base_mark = None
     if baseline.measured and baseline.samples_per_s:
         base_mark = svgplot.Mark(baseline.peak_memory_gib, baseline.samples_per_s, f"baseline: {baseline.note}")
-    budgets = [(float(b), f"budget {b:g} GiB") for b in meta["budgets"]]
+    budgets = [(float(b), f"budget {_num(b, '.3g')} GiB") for b in meta["budgets"]]
     return svgplot.scatter(ok, "peak_memory_gib", "samples_per_s", "peak memory (GiB) - lower is better",
                            "throughput (samples/s) - higher is better", "pareto-svg", front=front, best=best_mark,
                            baseline=base_mark, vlines=budgets, fractions=_run_fractions(scored))
@@ -199,14 +207,15 @@ def _table(df: pd.DataFrame, percent: tuple = (), table_id: Optional[str] = None
     out = df.copy()
     for c in out.columns:
         if c in percent:
-            out[c] = out[c].map(lambda v: "" if pd.isna(v) else f"{100 * v:+.0f} %")
+            out[c] = out[c].map(lambda v: "" if pd.isna(v) else f"{100 * v:+.0f} %" if np.isfinite(v) else "unbounded")
         elif out[c].dtype.kind == "f":
             out[c] = out[c].map(lambda v: "" if pd.isna(v) else f"{v:.4g}")
         elif out[c].dtype.kind == "O":
             out[c] = out[c].map(lambda v: "" if v is None or (isinstance(v, float) and pd.isna(v)) else v)
     page = out.to_html(index=False, escape=True, border=0, na_rep="",
                        classes="sortable" if table_id else None, table_id=table_id)
-    return page
+    # Long names break at their underscores, so that every column fits a 1280 px window.
+    return re.sub(r"<th>([^<]*)</th>", lambda m: "<th>" + m.group(1).replace("_", "_<wbr>") + "</th>", page)
 
 
 def write_report(run_dir: Path, scored: pd.DataFrame, best: Optional[int], baseline: Baseline, meta: dict,
@@ -282,7 +291,7 @@ def write_report(run_dir: Path, scored: pd.DataFrame, best: Optional[int], basel
 <style>
 body {{ font-family: sans-serif; margin: 1.5em; max-width: 1200px; color: #222; }}
 table {{ border-collapse: collapse; font-size: 0.85em; margin-bottom: 1.5em; }}
-th, td {{ padding: 3px 8px; border-bottom: 1px solid #ddd; text-align: right; }}
+th, td {{ padding: 3px 5px; border-bottom: 1px solid #ddd; text-align: right; overflow-wrap: anywhere; }}
 th {{ background: #f3f3f3; }} .best {{ font-size: 1.1em; }} code {{ background: #f3f3f3; padding: 1px 4px; }}
 </style></head><body>
 <h1>autotune report</h1>

@@ -2,7 +2,8 @@
 
 Colour is the precision; the marker is the checkpointed fraction, by its rank among the
 fractions the run measured (none a circle, full a square, the partial ones in between each
-a shape of its own); a hollow marker is offload; the x axis runs from 0 to past the
+a shape of its own); a hollow marker is offload; a whisker is the range within the measured spread and a dashed
+grey ring marks a noisy or contended trial; the x axis runs from 0 to past the
 largest point, and a budget far right of every point is named in the legend but not drawn
 (it would squash the points). ``svgplot`` and ``page.pareto_figure`` both ask this module,
 so the two pictures agree.
@@ -19,6 +20,14 @@ MATPLOTLIB_MARKERS = {"circle": "o", "square": "s", "triangle-up": "^", "diamond
                       "plus": "P", "cross": "X"}
 X_MARGIN = 1.08  # the x axis ends this much past the largest point or drawn budget
 BUDGET_REACH = 2.0  # a budget beyond this many times the largest point is listed, not drawn
+
+
+NOISY_RING = {"edge": "#777", "dash": (2, 2)}  # a noisy or contended trial: a dashed grey ring around it
+
+
+def is_noisy(row) -> bool:
+    """A trial drawn as noisy: its timing spread is above the noise level, or it ran under contention."""
+    return any(str(row.get(k, False)).lower() == "true" for k in ("noisy", "contended"))
 
 
 def colour(precision: str) -> str:

@@ -4,7 +4,8 @@ Each trial is one ``<path class="trial-point">`` whose ``<title>`` (shown on hov
 full configuration and figures; ``data-*`` attributes carry the same for scripts and tests.
 Colour is the precision, the shape the checkpointed fraction, a hollow mark offload; the
 Pareto front is a line, the best a red ring, the baseline a black diamond, each budget a
-dashed vertical line.
+dashed vertical line; a whisker is the range the trial's measured spread allows, and a
+dashed grey ring marks a noisy or contended trial.
 """
 from __future__ import annotations
 
@@ -20,6 +21,20 @@ from autotune.train.strategy import checkpoint_fraction, checkpoint_label
 
 W, H = 860, 500
 LEFT, RIGHT, TOP, BOTTOM = 70, 250, 30, 50  # margins; the legend sits in the right one
+
+
+LEGEND_CHARS = 32  # what fits the legend's margin at 11 px; longer entries wrap
+
+
+def _wrap(text: str, width: int) -> List[str]:
+    lines, line = [], ""
+    for word in text.split():
+        if line and len(line) + 1 + len(word) > width:
+            lines.append(line)
+            line = word
+        else:
+            line = f"{line} {word}".strip()
+    return lines + [line] if line else lines or [""]
 
 
 @dataclass
@@ -68,6 +83,10 @@ def scatter(points: pd.DataFrame, x: str, y: str, x_label: str, y_label: str, pl
     esc = html.escape
     xs = [float(v) for v in points[x]] + [m.x for m in (best, baseline) if m is not None]
     ys = [float(v) for v in points[y]] + [m.y for m in (best, baseline) if m is not None]
+    bounds = (f"{y}_lo", f"{y}_hi")
+    has_interval = all(c in points.columns for c in bounds)
+    if has_interval:  # the whiskers stay inside the frame
+        ys += [float(v) for c in bounds for v in points[c] if pd.notna(v) and math.isfinite(float(v))]
     top = max(xs) if xs else 1.0
     drawn = plot_style.drawn_budgets([v for v, _ in vlines], top)
     shown_lines = [(v, lab) for v, lab in vlines if v in drawn]  # a budget far right would squash the points
@@ -112,7 +131,17 @@ def scatter(points: pd.DataFrame, x: str, y: str, x_label: str, y_label: str, pl
         legend.append(('<line x1="0" x2="18" y1="0" y2="0" stroke="black"/>', "Pareto front"))
     seen = {}
     fractions = list(fractions) or [checkpoint_fraction(c) for c in points["checkpointing"]]
+    any_noisy = False
     for _, r in points.iterrows():
+        if has_interval and all(pd.notna(r[c]) and math.isfinite(float(r[c])) for c in bounds):
+            cx = px(float(r[x]))
+            out.append(f'<line class="interval" x1="{cx:.1f}" x2="{cx:.1f}" y1="{py(float(r[bounds[0]])):.1f}" '
+                       f'y2="{py(float(r[bounds[1]])):.1f}" stroke="{plot_style.colour(r["precision"])}" '
+                       f'stroke-opacity="0.6" data-number="{int(r["number"])}"/>')
+        if plot_style.is_noisy(r):
+            any_noisy = True
+            out.append(f'<circle class="noisy-mark" cx="{px(float(r[x])):.1f}" cy="{py(float(r[y])):.1f}" r="9" '
+                       f'fill="none" stroke="#777" stroke-dasharray="2,2" data-number="{int(r["number"])}"/>')
         colour = plot_style.colour(r["precision"])
         offload = str(r.get("offload", False)).lower() == "true"
         fits = str(r.get("fits_budget", True)).lower() == "true"
@@ -136,14 +165,21 @@ def scatter(points: pd.DataFrame, x: str, y: str, x_label: str, y_label: str, pl
         out.append(f'{shape} class="{cls}"><title>{esc(m.label)}</title></{"circle" if cls == "best-mark" else "path"}>')
         legend.append((f'<circle cx="9" cy="0" r="6" {style}/>' if cls == "best-mark" else
                        f'<path d="M9,-6 L15,0 L9,6 L3,0 Z" {style}/>', "best" if cls == "best-mark" else "baseline"))
+    if has_interval:
+        legend.append(('<line x1="9" x2="9" y1="-7" y2="7" stroke="#555"/>', "range within the measured spread"))
+    if any_noisy:
+        legend.append(('<circle cx="9" cy="0" r="6" fill="none" stroke="#777" stroke-dasharray="2,2"/>',
+                       "noisy or contended"))
     for (ckpt, prec, offload), (frac, colour, fill, shape) in sorted(seen.items(),
                                                                        key=lambda kv: (kv[1][0], kv[0][1:])):
         legend.append((f'<path d="{plot_style.svg_path(shape, 9, 0, 5)}" fill="{fill}" stroke="{colour}" '
                        'stroke-width="1.6"/>',
                        f"ckpt {ckpt} / {prec}" + (" / offload" if offload else "")))
-    lx = W - RIGHT + 14
-    for i, (sym, text) in enumerate(legend):
-        y0 = TOP + 8 + 16 * i
-        out.append(f'<g transform="translate({lx},{y0})">{sym}<text x="24" y="4">{esc(text)}</text></g>')
+    lx, y0 = W - RIGHT + 14, TOP + 8
+    for sym, text in legend:
+        lines = _wrap(text, LEGEND_CHARS)  # the legend stays inside the frame
+        spans = "".join(f'<tspan x="24" dy="{0 if i == 0 else 13}">{esc(line)}</tspan>' for i, line in enumerate(lines))
+        out.append(f'<g transform="translate({lx},{y0})">{sym}<text x="24" y="4">{spans}</text></g>')
+        y0 += 16 + 13 * (len(lines) - 1)
     out.append("</svg>")
     return "\n".join(out)

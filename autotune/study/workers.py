@@ -2,8 +2,9 @@
 
 The driver the user started is worker 0. It starts N-1 more ``python -m autotune``
 processes with the same command, the same study and storage, each in a run directory of
-its own (``<run>/workers/<k>/``) and, on CUDA, pinned to a GPU of its own through
-``CUDA_VISIBLE_DEVICES``. Each claims configurations from the queue in the storage (the
+its own (``<run>/workers/<k>/``) and pinned to a GPU of its own through
+``CUDA_VISIBLE_DEVICES`` or, on CPU, to an equal share of the cores (so that workers do not
+time each other's load). Each claims configurations from the queue in the storage (the
 storage's atomic claim: no configuration runs twice), and a worker that dies leaves its
 trial to be closed and retried by another (``claims.recover``). Worker 0 waits for
 the others, then writes the outputs, which cover the whole study.
@@ -20,6 +21,26 @@ from typing import List, Optional
 from autotune.train.device import DeviceInfo
 
 log = logging.getLogger("autotune")
+
+
+CPU_SHARE_ENV = "AUTOTUNE_CPU_SHARE"  # "k/n": this CPU worker runs on the k-th of n shares of the cores
+
+
+def take_cpu_share(workers: int, device: DeviceInfo) -> Optional[list]:
+    """On CPU with several workers, pin this driver to its share of the cores (worker 0 the
+    first, the others by CPU_SHARE_ENV); returns the cores, or None when nothing was pinned."""
+    if device.kind != "cpu":
+        return None
+    share = os.environ.get(CPU_SHARE_ENV)
+    if share:
+        k, n = (int(x) for x in share.split("/"))
+    elif workers > 1:
+        k, n = 0, workers
+    else:
+        return None
+    from autotune.system.linux import pin_to_share
+
+    return pin_to_share(k, n)
 
 
 def visible_gpus() -> List[str]:
@@ -64,6 +85,8 @@ def start_workers(n: int, overrides: List[str], run_dir: Path, study_name: str, 
         env = {"AUTOTUNE_STORAGE": storage, "AUTOTUNE_STUDY_NAME": study_name}
         if device.kind == "cuda":
             env["CUDA_VISIBLE_DEVICES"] = gpus[k - 1]
+        else:
+            env[CPU_SHARE_ENV] = f"{k}/{n}"  # the worker pins itself to its share of the cores
         wdir = run_dir / "workers" / str(k)
         wdir.mkdir(parents=True, exist_ok=True)
         argv = ["autotune", *keep, "workers=1", f"hydra.run.dir={hydra_quoted(str(wdir))}",

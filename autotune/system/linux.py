@@ -60,6 +60,19 @@ def usable_cores() -> int:
     return len(usable_cpus())
 
 
+def pin_to_share(k: int, n: int) -> list:
+    """Restrict this process (and what it starts later) to the k-th of n equal shares of its
+    cores; returns the share. CPU workers each take one, so that one worker's trial neither
+    slows another's nor counts as contention on its cores. torch sizes its thread pool from
+    the affinity of the process that first uses it, so trial processes started after this
+    use the share's cores and no more."""
+    cpus = usable_cpus()
+    share = cpus[k * len(cpus) // n:(k + 1) * len(cpus) // n] or cpus[k % len(cpus):k % len(cpus) + 1]
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, share)
+    return share
+
+
 def cpu_busy_seconds(cpus) -> Optional[float]:
     """CPU time the cores ``cpus`` spent on anything but idle and I/O wait since boot
     (/proc/stat; steal counted as busy: another guest had the core), or None where unreadable."""

@@ -116,7 +116,17 @@ def test_the_report_renders_in_headless_chromium_offline_and_without_errors(run)
               titles: pts.map(p => p.querySelector('title').textContent),
               best: document.querySelectorAll('#pareto-plot .best-mark').length,
               budgets: document.querySelectorAll('#pareto-plot .budget-line').length,
-              width: box.width, height: box.height, before: before, after: after};
+              width: box.width, height: box.height, before: before, after: after,
+              // 1280 px: nothing wider than the window, so every column shows without scrolling the page
+              page_width: document.documentElement.scrollWidth, window_width: window.innerWidth,
+              tables_right: Array.from(document.querySelectorAll('table')).map(t => t.getBoundingClientRect().right),
+              intervals: document.querySelectorAll('#pareto-plot .interval').length,
+              legend_inside: Array.from(document.querySelectorAll('svg.plot')).every(svg => {
+                const frame = svg.getBoundingClientRect();
+                return Array.from(svg.querySelectorAll('g text')).every(t => {
+                  const r = t.getBoundingClientRect();
+                  return r.right <= frame.right + 0.5 && r.bottom <= frame.bottom + 0.5; });
+              })};
     })()"""
     seen = visit(run / "report.html", probe, screenshot=ARTIFACTS / "report.png")
     v = seen.value
@@ -127,6 +137,10 @@ def test_the_report_renders_in_headless_chromium_offline_and_without_errors(run)
     assert v["best"] == 1 and v["budgets"] == 1
     assert v["width"] > 400 and v["height"] > 200  # laid out, not collapsed
     assert v["after"] == sorted(v["before"], key=int, reverse=True)  # the trials table sorts
+    assert v["page_width"] <= v["window_width"] == 1280, (v["page_width"], v["window_width"])
+    assert max(v["tables_right"]) <= v["window_width"], v["tables_right"]
+    assert v["legend_inside"]  # no legend entry clipped by the plot's frame
+    assert v["intervals"] == len(ok)  # each point's range within its measured spread is drawn
     assert seen.remote == []  # nothing left the machine
     assert seen.errors == [], seen.errors
     assert (ARTIFACTS / "report.png").stat().st_size > 10_000

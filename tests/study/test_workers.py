@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from autotune.store.claims import ORPHANED
-from autotune.system.linux import usable_cores
+from autotune.system.linux import usable_cores, usable_cpus
 from autotune.store.storage import make_storage
 from tests.conftest import ROOT, cli_command, trial_env
 from tests.test_reliability import faulty, space_file, study_trials
@@ -27,7 +27,9 @@ def storages(tmp_path):
 
 
 def measured(trials):
-    return [t for t in trials if "duplicate_of" not in t.user_attrs]
+    """Trials measured for the search: not duplicates, not re-measurements (a contended trial
+    is re-measured on purpose)."""
+    return [t for t in trials if "duplicate_of" not in t.user_attrs and not t.user_attrs.get("repeat")]
 
 
 def check_once_each(trials):
@@ -64,6 +66,13 @@ def test_n_workers_measure_each_configuration_once_and_match_one_worker(tmp_path
         st = optuna.load_study(study_name=name, storage=make_storage(url))
         done = check_once_each(st.get_trials(deepcopy=False))
         assert len({t.user_attrs["owner"]["pid"] for t in done}) >= 2  # the work was shared
+        # Each CPU worker ran on a share of the cores of its own, so no worker timed another's load.
+        cores = [line for line in out.stdout.splitlines() if "each CPU worker has its own share" in line]
+        first = usable_cpus()[0]
+        assert len(cores) == 1 and f"this worker runs on core(s) {first}" in cores[0], out.stdout
+        for k in range(1, n):
+            log = (tmp_path / f"run{n}" / "workers" / str(k) / "worker.log").read_text()
+            assert "each CPU worker has its own share" in log and f"core(s) {first}:" not in log
         # The outputs cover the whole study, with the same content as a one-worker run's
         # (up to timing): the same configurations, all ok, the same memory figures.
         cols = ["checkpointing", "micro_batch", "status", "peak_memory_gib"]
