@@ -13,14 +13,11 @@ import numpy as np
 import optuna
 import pandas as pd
 
+from autotune.scoring.score import objective_column
 from autotune.scoring.settings import Scoring
 
 LAST_BEST_ATTR = "last_best"
 MOVED = 0.005  # a figure that moved by less than this is the same figure
-
-
-def _key(objective: str) -> str:
-    return "roi" if objective == "roi" else "samples_per_s"
 
 
 def _runs(row) -> int:
@@ -33,7 +30,7 @@ def _label(row) -> str:
 
 
 def pick_record(scored: pd.DataFrame, best: int, scoring: Scoring) -> dict:
-    b, key = scored.loc[best], _key(scoring.objective)
+    b, key = scored.loc[best], objective_column(scoring.objective)
     return {"number": int(b["number"]), "label": _label(b), "figure": float(b[key]), "runs": _runs(b),
             "last_trial": int(scored["number"].max()), "budget_gib": float(scoring.primary_budget),
             "objective": scoring.objective, "when": time.strftime("%Y-%m-%d %H:%M", time.localtime())}
@@ -52,7 +49,7 @@ def best_change(previous: Optional[dict], scored: pd.DataFrame, best: Optional[i
     """A sentence when this run's best differs from the previous run's, else None."""
     if not previous or best is None or int(scored.loc[best, "number"]) == previous["number"]:
         return None
-    now, key = pick_record(scored, best, scoring), _key(scoring.objective)
+    now, key = pick_record(scored, best, scoring), objective_column(scoring.objective)
     text = (f"the last run of this study ({previous['when']}) picked trial {previous['number']} ({previous['label']}, "
             f"{_fmt(previous['figure'], key)}); this one picks trial {now['number']} ({now['label']}, "
             f"{_fmt(now['figure'], key)}). ")

@@ -235,10 +235,11 @@ def write_report(run_dir: Path, scored: pd.DataFrame, best: Optional[int], basel
     front = scored[scored["on_pareto"]].sort_values("peak_memory_gib")[cols]
     effects = strategy_effects(scored, meta["global_batch"])
     skipped = scored[scored["status"] == "skipped"]
-    headline, causes = no_best(scored)
-    best_html = (f"<p class='best'><b>{esc(headline[0].upper() + headline[1:])}.</b></p>"
-                 + ("<ul class='causes'>" + "".join(f"<li>{esc(c)}</li>" for c in causes) + "</ul>" if causes else ""))
-    if best is not None:
+    if best is None:
+        headline, causes = no_best(scored)
+        best_html = (f"<p class='best'><b>{esc(headline[0].upper() + headline[1:])}.</b></p>"
+                     + ("<ul class='causes'>" + "".join(f"<li>{esc(c)}</li>" for c in causes) + "</ul>" if causes else ""))
+    else:
         b = scored.loc[best]
         best_html = (f"<p class='best'>Best by <b>{esc(meta['objective'])}</b>: checkpointing <b>{esc(b['checkpointing'])}</b>, "
                      f"precision <b>{esc(b['precision'])}</b>, micro_batch <b>{int(b['micro_batch'])}</b> x accumulation "

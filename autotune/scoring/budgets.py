@@ -15,7 +15,7 @@ from typing import List, Optional
 import numpy as np
 import pandas as pd
 
-from autotune.scoring.score import Baseline, choose_best, score, within_noise
+from autotune.scoring.score import Baseline, choose_best, objective_column, score, within_noise
 from autotune.scoring.settings import Scoring
 
 
@@ -38,7 +38,7 @@ def why_best(scored: pd.DataFrame, best: Optional[int], objective: str, budget_g
     or tied, and what would have beaten it without the budget."""
     if best is None:
         return f"nothing that ran ok fits {budget_gib:g} GiB"
-    key = "roi" if objective == "roi" else "samples_per_s"
+    key = objective_column(objective)
     fitting = int(scored["fits_budget"].sum())
     tied = within_noise(scored, objective)
     rivals = scored[tied].drop(index=best)

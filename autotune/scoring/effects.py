@@ -17,6 +17,7 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
+from autotune.scoring.score import speed_bounds
 from autotune.train.strategy import checkpoint_label
 
 MEMORY_NOISE = 0.02  # runs of one configuration whose peaks differ by more are flagged (repeats)
@@ -55,10 +56,9 @@ def _row(trials: pd.DataFrame, ckpt: str, prec: str, mb: int, offload: bool = Fa
 
 def _speed_range(row) -> tuple:
     """(low, high) samples/s within the trial's measured spread; low clamped at zero."""
-    sps = float(row["samples_per_s"])
     spread = row.get("time_spread")
     spread = 0.0 if spread is None or not np.isfinite(spread) else max(float(spread), 0.0)
-    return max(sps * (1 - spread), 0.0), sps * (1 + spread)
+    return speed_bounds(float(row["samples_per_s"]), spread)
 
 
 def _pct(v: float) -> str:

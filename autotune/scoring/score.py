@@ -100,8 +100,7 @@ def score(trials: pd.DataFrame, global_batch: int, budget_gib: float, roi: dict)
     df["roi"] = roi_at(sps)
     # The range each figure could take within the trial's measured timing spread.
     spread = _spread(df)
-    # Clamped at zero: a spread of 100 % or more bounds the speed below by nothing.
-    slow, fast = sps * (1 - spread).clip(lower=0.0), sps * (1 + spread)
+    slow, fast = speed_bounds(sps, spread)
     df["samples_per_s_lo"], df["samples_per_s_hi"] = slow, fast
     df["roi_lo"], df["roi_hi"] = np.minimum(roi_at(slow), roi_at(fast)), np.maximum(roi_at(slow), roi_at(fast))
     df["contended"] = _contended(df)
@@ -124,6 +123,17 @@ def objective_value(objective: str, peak_memory_gib: float, samples_per_s: float
             - (hours - base_hours) * roi["compute_price_per_hour"])
 
 
+def objective_column(objective: str) -> str:
+    """The scored table's column that an objective ranks by."""
+    return "roi" if objective == "roi" else "samples_per_s"
+
+
+def speed_bounds(samples_per_s, spread):
+    """(low, high) samples/s within a measured spread, for a figure or a column. The low one
+    is clamped at zero: a spread of 100 % or more bounds the speed below by nothing."""
+    return np.maximum(samples_per_s * (1 - spread), 0.0), samples_per_s * (1 + spread)
+
+
 def _spread(df: pd.DataFrame) -> pd.Series:
     return pd.to_numeric(df.get("time_spread", pd.Series(0.0, index=df.index)), errors="coerce").fillna(0.0).clip(lower=0.0)
 
@@ -139,7 +149,7 @@ def within_noise(scored: pd.DataFrame, objective: str) -> pd.Series:
     """Fitting trials whose figure could equal the top one's within both measured spreads."""
     if objective not in OBJECTIVES:
         raise ValueError(f"objective={objective!r}: use one of {', '.join(OBJECTIVES)}")
-    key = "roi" if objective == "roi" else "samples_per_s"
+    key = objective_column(objective)
     ok = scored["fits_budget"] & np.isfinite(scored[key])
     if not ok.any():
         return ok
@@ -163,7 +173,7 @@ def choose_best(scored: pd.DataFrame, objective: str) -> Optional[int]:
     tied = within_noise(scored, objective)
     if not tied.any():
         return None
-    key = "roi" if objective == "roi" else "samples_per_s"
+    key = objective_column(objective)
     c = scored[tied]
     order = pd.DataFrame({"noisy": (_spread(c) > NOISY_SPREAD) | _contended(c), "m": c["peak_memory_gib"], "k": -c[key],
                           "s": _spread(c)})

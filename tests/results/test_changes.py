@@ -21,12 +21,19 @@ def _pick(table, scoring=SCORING):
     return r.scored, r.best
 
 
-def test_a_new_trial_that_wins_is_named_as_the_cause():
+def _remembered(table):
+    """A study whose last run picked from ``table``, and that pick's trial number."""
     study = optuna.create_study()
+    scored, best = _pick(table)
+    remember_best(study, scored, best, SCORING)
+    return study, int(scored.loc[best, "number"])
+
+
+def test_a_new_trial_that_wins_is_named_as_the_cause():
     first = _table([[0, "none", "fp32", 8, 10.0, 10.0, 0.01], [1, "full", "fp32", 8, 4.0, 8.0, 0.01]])
     scored, best = _pick(first)
-    assert best_change(last_best(study), scored, best, SCORING) is None  # no earlier run
-    remember_best(study, scored, best, SCORING)
+    assert best_change(last_best(optuna.create_study()), scored, best, SCORING) is None  # no earlier run
+    study, _ = _remembered(first)
     again = pd.concat([first, _table([[2, "none", "bf16", 8, 7.0, 30.0, 0.01]])], ignore_index=True)
     scored, best = _pick(again)
     text = best_change(last_best(study), scored, best, SCORING)
@@ -35,11 +42,9 @@ def test_a_new_trial_that_wins_is_named_as_the_cause():
 
 
 def test_a_re_measurement_that_moves_the_old_best_is_named_with_its_figures():
-    study = optuna.create_study()
     first = _table([[0, "none", "fp32", 4, 5.0, 10.2, 0.01], [1, "none", "fp32", 8, 6.0, 10.0, 0.01]])
-    scored, best = _pick(first)
-    assert int(scored.loc[best, "number"]) == 0
-    remember_best(study, scored, best, SCORING)
+    study, picked = _remembered(first)
+    assert picked == 0
     moved = first.copy()
     moved.loc[0, "samples_per_s"], moved.loc[0, "samples_per_s_runs"] = 8.0, "10.2;5.8"
     scored, best = _pick(moved)
@@ -49,10 +54,9 @@ def test_a_re_measurement_that_moves_the_old_best_is_named_with_its_figures():
 
 
 def test_other_settings_are_named_and_the_same_pick_says_nothing():
-    study = optuna.create_study()
     t = _table([[0, "none", "fp32", 8, 10.0, 10.0, 0.01], [1, "full", "fp32", 8, 4.0, 8.0, 0.01]])
+    study, _ = _remembered(t)
     scored, best = _pick(t)
-    remember_best(study, scored, best, SCORING)
     assert best_change(last_best(study), scored, best, SCORING) is None
     small = Scoring(8, [5.0], ROI, "throughput")
     scored, best = _pick(t, small)
