@@ -15,7 +15,7 @@ from omegaconf.errors import OmegaConfBaseException
 from sqlalchemy.exc import SQLAlchemyError
 
 from autotune.store.claims import MAX_CUTS, given_up, params_of
-from autotune.study.driver import IsolationError, ModelBuildError, run_study
+from autotune.study.driver import SEARCH_END_ATTR, IsolationError, ModelBuildError, run_study
 from autotune.store.table import trials_table
 from autotune.study.plan import ConfigError, Plan, make_plan
 from autotune.results.page import write_report
@@ -169,7 +169,8 @@ def tune(cfg: DictConfig, run_dir: Path, overrides=(), hydra_overrides=()) -> in
             "seq_len": plan.seq_len, "budget_gib": plan.budget_gib, "budgets": plan.budgets,
             "memory_cap_gib": plan.memory_cap_gib, "objective": plan.objective,
             "torch": torch.__version__ + (f", CUDA {torch.version.cuda}" if torch.version.cuda else ""),
-            "command": command, "reductions": plan.reductions, **environment(plan.device)}
+            "command": command, "reductions": plan.reductions, **environment(plan.device),
+            "search_end": study.user_attrs.get(SEARCH_END_ATTR)}
     try:
         return _write_outputs(plan, study, run_dir, storage, meta, command, interrupted)
     except (StorageError, OSError) as e:  # a full disk, a folder made read-only meanwhile

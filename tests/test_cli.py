@@ -152,3 +152,7 @@ def test_auto_records_what_the_device_cannot_run_and_the_headline_says_so(tmp_pa
     page = (run_dir / "report.html").read_text()
     assert page.index("<b>Unavailable on this device</b> (skipped, never run): offload True: offload moves") \
         < page.index("<h2>")
+    # Why the search ended, in the terminal and the report's headline.
+    assert "search 'auto' ended: 2 of 4 configurations run; by their bounds, none left could" in out.stdout
+    assert "Pareto-front point 10% apart in memory" in out.stdout
+    assert page.index("<b>Search</b>: search &#x27;auto&#x27; ended: 2 of 4") < page.index("<h2>")

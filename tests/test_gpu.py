@@ -253,3 +253,47 @@ def test_track_memory_agrees_with_the_allocators_peak_for_the_block():
     assert stats["peak_allocated_gib"] >= r["before_gib"] + 2 * 64 / 1024
     assert stats["peak_reserved_gib"] >= stats["peak_allocated_gib"]
     assert stats["nvml_used_gib"] >= stats["peak_reserved_gib"]  # the device sees the context too
+
+
+GPU_SPIN = """
+import os, sys, time
+import torch
+a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+open(sys.argv[2], "w").close()  # computing from here on
+end, stop = time.monotonic() + 300, sys.argv[1]
+while not os.path.exists(stop) and time.monotonic() < end:
+    for _ in range(20):
+        a = (a @ a).clamp_(-1, 1)
+    torch.cuda.synchronize()
+"""
+
+
+def test_a_trial_that_shares_the_gpu_with_a_busy_process_is_flagged_and_re_measured(tmp_path):
+    import subprocess
+    import sys
+    import time
+
+    run_dir, ready = tmp_path / "run", tmp_path / "spinner-ready"
+    first = run_dir / "trials" / "000" / "result.json"  # the spinner stops once trial 0 is measured
+    spinner = subprocess.Popen([sys.executable, "-c", GPU_SPIN, str(first), str(ready)])
+    try:
+        deadline = time.monotonic() + 120
+        while not ready.exists() and spinner.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert ready.exists(), "the competing GPU process did not start"
+        space = tmp_path / "space.yaml"
+        space.write_text("checkpointing: [none]\nprecision: [bf16]\nmicro_batch: {min: 8, max: 8}\n")
+        out = run_cli(run_dir, "model=tiny", "device=cuda", "search=auto", "search.n_trials=1", "global_batch=8",
+                      "seq_len=32", "trial.warmup_steps=1", "trial.measure_steps=20", "trial.repeats=1",
+                      "objective=throughput", f"search_space.path={space}")
+    finally:
+        spinner.kill()
+        spinner.wait()
+    print(out.stdout)  # pytest -s shows the terminal a user sees
+    assert out.returncode == 0, out.stdout + out.stderr
+    first_line = next(line for line in out.stdout.splitlines() if line.startswith("[  1/"))
+    assert "CONTENDED: 1 other process(es) on the GPU" in first_line, out.stdout
+    assert "[repeat 1 of trial 0]" in out.stdout and "contention: 1 trial(s)" in out.stdout
+    row = pd.read_csv(run_dir / "trials.csv").iloc[0]
+    assert row["contended_runs"] >= 1 and isinstance(row["contention"], str)
+    assert "<b>Contention</b>" in (run_dir / "report.html").read_text()

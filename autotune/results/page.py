@@ -250,6 +250,8 @@ def write_report(run_dir: Path, scored: pd.DataFrame, best: Optional[int], basel
         best_html += f"<p class='change'><b>Changed since the last run</b>: {esc(meta['change'])}</p>"
     best_html += "".join(f"<p class='unavailable'><b>Unavailable on this device</b> (skipped, never run): "
                          f"{esc(u)}.</p>" for u in unavailable(scored))
+    if meta.get("search_end"):
+        best_html += f"<p class='search-end'><b>Search</b>: {esc(meta['search_end'])}.</p>"
     notes = [f"Baseline (none / fp32 / micro_batch = global batch): {esc(baseline.note)}."]
     if meta.get("memory_cap_gib"):
         notes.append(f"Every trial ran with its CUDA allocator capped to {_num(meta['memory_cap_gib'])} GiB less its CUDA "

@@ -83,7 +83,8 @@ def make_search(name: str, configs: List[dict], runnable: List[dict], choices: d
         return QueueSearch("grid", configs)
     if name == "auto":
         unrunnable = [c for c in configs if c not in runnable]
-        return QueueSearch("auto", unrunnable, AutoSearch(runnable, plan.scoring, plan.memory_cap_gib))
+        return QueueSearch("auto", unrunnable, AutoSearch(runnable, plan.scoring, plan.memory_cap_gib,
+                                                                     plan.front_resolution))
     if name in ("random", "tpe", "nsga2"):
         from autotune.search.sampled import SampledSearch
 

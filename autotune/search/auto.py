@@ -32,6 +32,13 @@ measured only when its optimistic objective (bounded throughput, lowest plausibl
 beats the best measured one under some budget by more than the best one's measured
 spread; otherwise it is never run. When nothing is left that could, the search ends.
 
+The front as well as the best: a configuration is also measured when its bounds say it
+could add a point to the memory-throughput Pareto front at the stated resolution
+(``front_resolution``, a fraction of memory): when no measured configuration within the
+largest budget uses at most that much more memory than its lowest plausible peak and is as
+fast as its speed bound allows (within the measured one's spread). So the report shows the
+trade-off curve, and a point closer than the resolution to one already measured is not run.
+
 Unbounded configurations are explored lightest family first, at the micro-batch the memory
 line predicts as the largest that fits (so that one measurement bounds the most others), and
 with nothing to predict from, at the smallest micro-batch (which gives the line).
@@ -101,8 +108,10 @@ class AutoSearch:
 
     name = "auto"
 
-    def __init__(self, configs: List[dict], scoring: Scoring, memory_cap_gib: Optional[float] = None):
+    def __init__(self, configs: List[dict], scoring: Scoring, memory_cap_gib: Optional[float] = None,
+                 front_resolution: float = 0.0):
         self.configs = configs
+        self.front_resolution = front_resolution
         self.budgets = list(scoring.budgets)
         self.objective = scoring.objective
         self.roi = scoring.roi
@@ -243,7 +252,29 @@ class AutoSearch:
                 gain = value - thresholds[b]
                 if gain > 0:
                     worth[key] = max(worth.get(key, -INF), gain)
+            if key not in worth and self._could_join_front(key, ub, measured, lines):
+                worth[key] = 0.0
         return base, worth, lines
+
+    def _could_join_front(self, key: Tuple[tuple, int], speed_ub: float, measured, lines) -> bool:
+        """Could ``key`` add a Pareto-front point at ``front_resolution``? Not when a measured
+        configuration within the largest budget uses at most (1 + resolution) x its lowest
+        plausible peak and is at least as fast as its speed bound (within its own spread)."""
+        if self.front_resolution <= 0:
+            return False
+        fam, m = key
+        top = max(self.budgets)
+        if self._infeasible(fam, m, top, measured, lines.get(fam)):
+            return False
+        low = self._lowest_peak(fam, m, measured, lines.get(fam), lines) * (1 + self.front_resolution)
+        for row in measured.values():
+            if row["status"] != "ok" or not np.isfinite(row["samples_per_s"]):
+                continue
+            peak = self._fit_peak(row)
+            noise = max(MIN_NOISE, float(row.get("time_spread") or 0.0))
+            if peak <= min(low, top) and float(row["samples_per_s"]) * (1 + noise) >= speed_ub:
+                return False
+        return True
 
     def _pick(self, worth: dict, lines) -> Tuple[tuple, int]:
         families = sorted({f for f, _ in worth}, key=lambda f: (saving_level(f), self.family_order.get(f, 0)))

@@ -70,6 +70,8 @@ class SearchConfig:
     method: str = "auto"  # auto | grid | random | tpe | nsga2, set by the group (search=grid)
     n_trials: Optional[int] = opt(None, "the most trials the search runs (null: no limit)")
     timeout: Optional[float] = opt(None, "seconds after which no new trial starts (null: no limit)")
+    front_resolution: float = opt(0.1, "auto also measures what could add a Pareto point this far apart "
+                                  "in memory (0: off)")
 
 
 @dataclass

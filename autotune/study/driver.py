@@ -38,6 +38,7 @@ from autotune.store.table import trials_table
 from autotune.train.strategy import Strategy, allocator_env
 
 log = logging.getLogger("autotune")
+SEARCH_END_ATTR = "search_end"  # why the last run's search ended, for the report
 POLL_S = 1.0  # how often a driver with nothing left to claim checks on other drivers' trials
 
 # Result fields too bulky or nested for a column; kept in trials/NNN/result.json.
@@ -290,10 +291,19 @@ def _search_and_confirm(study, plan: Plan, run_dir: Path, search, on_trial, runn
     stopping = Stopping(plan.n_trials, plan.search_timeout_s)
     measure_queue(study, plan, run_dir, search, stopping, on_trial, runner,
                   of=None if plan.search == "grid" else n_configs)
+    end = None
     if stopping.reason:
-        on_trial(f"search stopped: {stopping.reason}; the same command with a larger limit resumes it")
+        end = f"search stopped: {stopping.reason}; the same command with a larger limit resumes it"
+    elif plan.search == "auto":
+        front = (f" or add a Pareto-front point {plan.front_resolution:.0%} apart in memory (search.front_resolution)"
+                 if plan.front_resolution > 0 else "")
+        end = (f"search 'auto' ended: {trials_run(study)} of {n_configs} configurations run; by their bounds, none "
+               f"left could beat the best by more than its measured spread{front}")
     elif plan.search != "grid":
-        on_trial(f"search '{plan.search}' ended: {trials_run(study)} of {n_configs} configurations run")
+        end = f"search '{plan.search}' ended: {trials_run(study)} of {n_configs} configurations run"
+    if end:
+        on_trial(end)
+        study.set_user_attr(SEARCH_END_ATTR, end)  # the report says it too
     if stopping.reason and "timeout" in stopping.reason:
         return
     from autotune.study.confirm import baseline, contended, contenders  # scoring needs the table built here

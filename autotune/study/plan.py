@@ -60,6 +60,7 @@ class Plan:
     min_measure_s: float = 0.0  # timed steps go on until they add up to this
     n_trials: Optional[int] = None
     search_timeout_s: Optional[float] = None
+    front_resolution: float = 0.0  # search=auto: the Pareto front settled to this fraction of memory
     reductions: List[str] = field(default_factory=list)  # what a CPU run shrank, for the log and report
     profile: bool = False  # trace the best configuration once more under torch.profiler
     dry_run: bool = False  # print the plan, run nothing
@@ -207,6 +208,9 @@ def make_plan(cfg: TuneConfig, overridden: frozenset = frozenset()) -> Plan:
                         f"{', '.join(STRATEGIES)}")
     if sc.n_trials is not None and sc.n_trials < 1:
         problems.append(f"search.n_trials={sc.n_trials}: must be >= 1, or null for no limit; e.g. search.n_trials=20")
+    if not 0 <= sc.front_resolution < 1:
+        problems.append(f"search.front_resolution={sc.front_resolution:g}: must be a fraction in [0, 1) "
+                        "(0 settles the objective only); e.g. search.front_resolution=0.1")
     if sc.timeout is not None and not _positive(sc.timeout):
         problems.append(f"search.timeout={sc.timeout:g}: must be > 0 seconds, or null for no limit; e.g. search.timeout=1800")
     problems += _check_workers(cfg.workers, device)
@@ -291,6 +295,6 @@ def make_plan(cfg: TuneConfig, overridden: frozenset = frozenset()) -> Plan:
                                                                                 t.min_measure_s),
         study_name=cfg.study_name or default_study_name(cfg.model.name, space_name, budgets, measured),
         storage=cfg.storage, reductions=reductions, search=sc.method, n_trials=sc.n_trials,
-        search_timeout_s=sc.timeout,
+        search_timeout_s=sc.timeout, front_resolution=sc.front_resolution,
         isolation=t.isolation, min_measure_s=t.min_measure_s, profile=cfg.profile, dry_run=cfg.dry_run, setup=measured,
         workers=worker_count(cfg.workers, device))

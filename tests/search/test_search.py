@@ -11,6 +11,7 @@ import pytest
 
 from autotune.results.outputs import unavailable
 from autotune.scoring.budgets import per_budget
+from autotune.scoring.pareto import pareto_mask
 from autotune.train.device import DeviceInfo
 from autotune.study.driver import run_study
 from autotune.study.plan import Plan
@@ -60,14 +61,16 @@ def known_workload(intercept=6.0, act=0.5, launch=0.02, per_sample=0.003, recomp
     return pd.DataFrame(rows)
 
 
-def replay_plan(table: pd.DataFrame, budgets, search: str, objective="throughput", n_trials=None) -> Plan:
+def replay_plan(table: pd.DataFrame, budgets, search: str, objective="throughput", n_trials=None,
+                front_resolution=0.0) -> Plan:
     space = SearchSpace(tuple(CKPT), ("bf16",), 4, 64, (False, True), ("default",))
     device = DeviceInfo("cuda", 0, "replay", 141.0, ("fp32", "bf16", "fp16"), {})
     return Plan(model_name="known", model_target="replay", model_config={}, seq_len=1, global_batch=64, device=device,
                 budget_gib=budgets[0], budget_is_device_memory=False, budgets=list(budgets),
                 memory_cap_gib=max(budgets), space=space, space_name="known", micro_batches=[4, 8, 16, 32, 64],
                 objective=objective, roi=ROI, warmup_steps=1, measure_steps=1, timeout_s=60, repeats=0, lr=1e-4,
-                seed=0, study_name=search, storage=None, search=search, n_trials=n_trials)
+                seed=0, study_name=search, storage=None, search=search, n_trials=n_trials,
+                front_resolution=front_resolution)
 
 
 def replayed(table, budgets, search, **kw):
@@ -112,6 +115,28 @@ def test_auto_finds_the_grids_best_with_a_fraction_of_its_trials(budgets):
     measured = set(zip(auto["checkpointing"], auto["offload"], auto["micro_batch"]))
     unmeasured = truth[[k not in measured for k in zip(truth["checkpointing"], truth["offload"], truth["micro_batch"])]]
     assert (fits(unmeasured, min(budgets))["samples_per_s"] <= best * 1.02).all()
+
+
+@pytest.mark.parametrize("budget", [12.0, 40.0])
+def test_auto_with_a_front_resolution_measures_the_whole_front_to_that_resolution(budget):
+    truth = known_workload()
+    fitting = fits(truth, budget)
+    front = fitting[pareto_mask(fitting["peak_memory_gib"], fitting["samples_per_s"])]
+    objective_only, few, _ = replayed(truth, [budget], "auto")
+    settled, many, _ = replayed(truth, [budget], "auto", front_resolution=0.1)
+
+    def reached(table):  # front points with a measured one <= 10 % more memory, as fast within the noise
+        ok = table[table["status"] == "ok"]
+        return sum(any((ok["device_peak_gib"] <= m * 1.1) & (ok["samples_per_s"] >= s * 0.98))
+                   for m, s in zip(front["device_peak_gib"], front["samples_per_s"]))
+
+    assert len(front) >= 4
+    assert reached(settled) == len(front)
+    assert reached(objective_only) < len(front)  # the objective alone leaves the curve unmeasured
+    assert few.trials < many.trials < len(truth)  # ...and the front still skips what cannot join it
+    # The objective's answer is the same either way.
+    assert per_budget(settled, Scoring(64, [budget], ROI, "throughput"))[0].scored["samples_per_s"].max() == \
+        per_budget(objective_only, Scoring(64, [budget], ROI, "throughput"))[0].scored["samples_per_s"].max()
 
 
 def test_auto_records_what_the_device_cannot_run_as_skipped_and_the_summary_says_so():
