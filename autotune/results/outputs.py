@@ -16,7 +16,7 @@ from autotune.scoring.score import Baseline
 from autotune.train.strategy import checkpoint_label
 
 SUMMARY_COLUMNS = ["checkpointing", "precision", "micro_batch", "accumulation", "offload", "allocator",
-                   "peak_memory_gib", "samples_per_s", "time_spread", "roi"]
+                   "peak_memory_gib", "samples_per_s", "roi"]
 
 
 def _true(value) -> bool:
@@ -156,6 +156,30 @@ def no_best(scored: pd.DataFrame, most: int = 5) -> Tuple[str, List[str]]:
     return headline, causes
 
 
+def with_interval(value, lo, hi, digits: int = 1) -> str:
+    """``value [lo, hi]``: a figure with the interval its measured spread allows."""
+    if pd.isna(value):
+        return "-"
+    if pd.isna(lo) and pd.isna(hi):
+        return f"{value:.{digits}f}"
+    # a bound left open: ROI at a speed of zero (the spread reaches it) has no lower end
+    lo_text, hi_text = ("-inf" if pd.isna(lo) else f"{lo:.{digits}f}"), ("inf" if pd.isna(hi) else f"{hi:.{digits}f}")
+    return f"{value:.{digits}f} [{lo_text}, {hi_text}]"
+
+
+def front_text(front: pd.DataFrame) -> str:
+    """The Pareto front as the terminal shows it: samples/s and ROI with their intervals."""
+    shown = front[[c for c in SUMMARY_COLUMNS if c in front]].copy()
+    shown["peak_memory_gib"] = front["peak_memory_gib"].map(lambda v: f"{v:.3f}")
+    for col in ("samples_per_s", "roi"):
+        if col in front:
+            lo, hi = front.get(f"{col}_lo", pd.Series(float("nan"), index=front.index)), \
+                front.get(f"{col}_hi", pd.Series(float("nan"), index=front.index))
+            shown[col] = [with_interval(v, a, b) for v, a, b in zip(front[col], lo, hi)]
+    return shown.rename(columns={"samples_per_s": "samples_per_s [interval]", "roi": "roi [interval]"}) \
+        .to_string(index=False)
+
+
 def summary(scored: pd.DataFrame, best: Optional[int], objective: str, why: Optional[str] = None) -> str:
     lines = []
     counts = scored["status"].value_counts()
@@ -181,5 +205,5 @@ def summary(scored: pd.DataFrame, best: Optional[int], objective: str, why: Opti
     if why:
         lines.append(f"why: {why}")
     lines.append("Pareto front (peak memory vs samples/s):")
-    lines.append(pareto_table(scored)[SUMMARY_COLUMNS].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    lines.append(front_text(pareto_table(scored)))
     return "\n".join(lines)
