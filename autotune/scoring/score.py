@@ -102,7 +102,8 @@ def score(trials: pd.DataFrame, global_batch: int, budget_gib: float, roi: dict)
     spread = _spread(df)
     slow, fast = speed_bounds(sps, spread)
     df["samples_per_s_lo"], df["samples_per_s_hi"] = slow, fast
-    df["roi_lo"], df["roi_hi"] = np.minimum(roi_at(slow), roi_at(fast)), np.maximum(roi_at(slow), roi_at(fast))
+    # Where the spread reaches a speed of zero, ROI has no lower end: roi_lo is left empty (NaN).
+    df["roi_lo"], df["roi_hi"] = np.minimum(roi_at(slow), roi_at(fast)), np.fmax(roi_at(slow), roi_at(fast))
     df["contended"] = _contended(df)
     df["noisy"] = (spread > NOISY_SPREAD) | df["contended"]
     mem = df["peak_memory_gib"].where(df["fits_budget"])
