@@ -2,6 +2,7 @@
 
     python bench/cpu_default.py              # runs: python -m autotune model=bert
     python bench/cpu_default.py search=grid  # the same with extra overrides
+    python bench/cpu_default.py --no-native-half  # as on a CPU without native bf16/fp16
 
 Runs the command as a user would (from the project root, into a fresh run directory under
 outputs/bench/), then checks: exit code 0 within 180 s, every output file written, and
@@ -9,8 +10,11 @@ micro_batch x accumulation = global_batch on every row. With the default search 
 also checks that the search ended by itself; with search=grid, that trials.csv covers
 every checkpointing value of the default space (none, half the blocks, full) x every
 precision the device runs x >= 3 micro-batches, and that at the largest micro-batch peak
-memory falls from none to half to full checkpointing. Prints a JSON summary; exits 1 when
-a check fails.
+memory falls from none to half to full checkpointing. With the default search it also
+reports the Pareto front and checks it has >= 3 points, one of them checkpointed; with
+``--no-native-half``, that bf16/fp16 were skipped for lack of hardware support and the
+report's headline says so (bench/no_native_half: only the detection is changed). Prints a
+JSON summary; exits 1 when a check fails.
 """
 from __future__ import annotations
 
@@ -46,16 +50,22 @@ def main() -> int:
     run_dir = ROOT / "outputs" / "bench" / time.strftime("cpu-default-%Y%m%d-%H%M%S")
     # A study storage of its own, so the run starts afresh as on a new machine (the default
     # storage, outputs/autotune.db, would resume an earlier benchmark's study).
-    extra = sys.argv[1:]
+    extra = [a for a in sys.argv[1:] if a != "--no-native-half"]
+    no_half = "--no-native-half" in sys.argv[1:]
+    env = dict(os.environ)
+    if no_half:
+        env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "bench" / "no_native_half"), env.get("PYTHONPATH", "")])
+        run_dir = run_dir.with_name(run_dir.name.replace("cpu-default", "cpu-default-no-half"))
     grid = "search=grid" in extra
     cmd = [sys.executable, "-m", "autotune", "model=bert", *extra, f"hydra.run.dir={run_dir}",
            f"storage=sqlite:///{run_dir / 'bench-study.db'}"]
     start = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env)
     elapsed = time.perf_counter() - start
     checks = {"exit_code_0": proc.returncode == 0, f"within_{LIMIT_S}_s": elapsed <= LIMIT_S}
     checks["files_written"] = all((run_dir / f).is_file() for f in FILES)
-    summary = {"command": " ".join(["python -m autotune model=bert", *extra]), "elapsed_s": round(elapsed, 1),
+    summary = {"command": " ".join(["python -m autotune model=bert", *extra]) + (
+        "  (bf16/fp16 detection off: bench/no_native_half)" if no_half else ""), "elapsed_s": round(elapsed, 1),
                "date": time.strftime("%Y-%m-%d"), "machine": _machine(),
                "run_dir": str(run_dir.relative_to(ROOT))}
     if (run_dir / "trials.csv").is_file():
@@ -69,6 +79,16 @@ def main() -> int:
             checks["search_ended_by_itself"] = "search 'auto' ended" in proc.stdout
             summary["search"] = next((line for line in proc.stdout.splitlines() if line.startswith("search '")), None)
             summary["best"] = next((line for line in proc.stdout.splitlines() if line.startswith("best by")), None)
+            front = ok[ok["on_pareto"].astype(bool)].sort_values("peak_memory_gib")
+            summary["front"] = [f"{r.checkpointing}/{r.precision}/mb{r.micro_batch} {r.peak_memory_gib:.3f} GiB "
+                                f"{r.samples_per_s:.1f} samples/s" for r in front.itertuples()]
+            checks["front_of_3_with_a_checkpointed_point"] = bool(
+                len(front) >= 3 and (front["checkpointing"].astype(str) != "none").any())
+            if no_half:
+                page = (run_dir / "report.html").read_text()
+                checks["bf16_fp16_skipped_and_said"] = bool(
+                    "skipped: precision bf16: this CPU has no native bf16" in proc.stdout
+                    and "Unavailable on this device" in page and "<b>Search</b>" in page)
     if grid and (run_dir / "trials.csv").is_file():
         checks["every_checkpointing_x_precisions_x_3_micro_batches"] = bool(
             len(ok) and all(len(set(g["micro_batch"])) >= 3 for _, g in ok.groupby(["checkpointing", "precision"]))
