@@ -12,6 +12,9 @@ from tests.conftest import run_cli, trial_env
 from tests.train.test_example import best_yaml, load_example
 
 pytestmark = pytest.mark.gpu
+from autotune.search.space import MODEL_STATE_DEFAULTS
+
+PLAIN_STATE = tuple(MODEL_STATE_DEFAULTS.values())  # the model-state part of a family
 
 
 def cuda_spec(ckpt, prec, mb, acc=1, config=None, seq_len=256, offload=False, memory_cap_gib=None):
@@ -50,8 +53,8 @@ def test_cuda_checkpointing_and_offload_lower_peak_allocated(tmp_path):
     from autotune.search.auto import AutoSearch
 
     assert plain["host_link_gib_s"] > 1 and plain["saved_gib"] > plain["saved_per_sample_gib"] * 64 > 0
-    measured = {((0.0, "fp32", False, "default"), 64): plain}
-    bound = AutoSearch._transfer_bound((0.0, "fp32", True, "default"), 64, measured)
+    measured = {((0.0, "fp32", False, "default", *PLAIN_STATE), 64): plain}
+    bound = AutoSearch._transfer_bound((0.0, "fp32", True, "default", *PLAIN_STATE), 64, measured)
     assert offload["samples_per_s"] <= bound, (offload["samples_per_s"], bound)
 
 

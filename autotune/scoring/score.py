@@ -21,6 +21,7 @@ import pandas as pd
 
 from autotune.scoring.pareto import pareto_mask
 from autotune.train.strategy import checkpoint_fraction
+from autotune.train.optimizer import MODEL_STATE_DEFAULTS
 
 OBJECTIVES = ("roi", "throughput")
 NOISY_SPREAD = 0.10  # IQR/median above this flags a timing as noisy (torch.utils.benchmark's warning level)
@@ -49,8 +50,12 @@ def _is_baseline_strategy(trials: pd.DataFrame) -> pd.Series:
     off = trials["offload"].fillna(False).astype(bool) if "offload" in trials else False
     alloc = trials["allocator"].fillna("default") if "allocator" in trials else "default"
     ckpt = trials["checkpointing"].map(lambda v: checkpoint_fraction(v) == 0 if pd.notna(v) else False)
+    plain_state = pd.Series(True, index=trials.index)
+    for col, default in MODEL_STATE_DEFAULTS.items():  # the plain optimizer, fp32 weights
+        if col in trials:
+            plain_state &= trials[col].map(lambda v, d=default: v == d or v is None or (isinstance(v, float) and v != v))
     return ckpt & (trials["precision"] == "fp32") & ~pd.Series(off, index=trials.index) & (
-        pd.Series(alloc, index=trials.index) == "default")
+        pd.Series(alloc, index=trials.index) == "default") & plain_state
 
 
 def baseline_number(trials: pd.DataFrame, global_batch: int) -> Optional[int]:
@@ -80,9 +85,19 @@ def find_baseline(trials: pd.DataFrame, global_batch: int, budget_gib: float) ->
                     f"({budget_gib:g} GiB, a lower bound) and the time term of ROI is left out")
 
 
+def with_model_state(trials: pd.DataFrame) -> pd.DataFrame:
+    """A copy with the model-state columns filled in with their defaults where a trial (of an
+    activation-only space, or before escalation) has none."""
+    df = trials.copy()
+    for col, default in MODEL_STATE_DEFAULTS.items():
+        if col in df.columns:
+            df[col] = [default if v is None or (isinstance(v, float) and v != v) else v for v in df[col]]
+    return df
+
+
 def score(trials: pd.DataFrame, global_batch: int, budget_gib: float, roi: dict) -> tuple[pd.DataFrame, Baseline]:
     """Add fits_budget, job_hours, memory_saved_gib, roi and on_pareto columns."""
-    df = trials.copy()
+    df = with_model_state(trials)
     baseline = find_baseline(df, global_batch, budget_gib)
     df["fits_budget"] = fit_mask(df, budget_gib)
     sps = df["samples_per_s"].where(df["samples_per_s"] > 0)

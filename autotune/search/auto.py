@@ -1,7 +1,8 @@
 """``search=auto``: measure only what could still beat the best, using what Optuna does not know.
 
 A family is a configuration without its micro-batch (checkpointing, precision, offload,
-allocator). Four facts about training memory and speed bound what an unmeasured
+allocator, and the model-state dimensions: optimizer state, its place, weights, optimizer
+implementation). Seven facts about training memory and speed bound what an unmeasured
 configuration can do:
 
 1. Feasibility is monotone in micro-batch: above a micro-batch that ran out of memory (or
@@ -24,6 +25,12 @@ configuration can do:
    precision) moves at least 2 x saved(m) per micro-step and cannot beat
    m x link / (2 x saved(m)) samples/s, however well its copies overlap. Without the
    per-sample figure (older trials), saved(m) >= saved(m1) x min(1, m / m1) still holds.
+7. Memory is monotone in what a family keeps: at one micro-batch, with the same precision,
+   activation offload, allocator and optimizer implementation, a family with less
+   checkpointing, a wider optimizer state (default > 8bit > 4bit), fp32 rather than bf16
+   weights, or its optimizer state on the device rather than the host holds no less. So
+   an out-of-memory (or over-budget) trial rules out every heavier family at that micro-
+   batch and above, and a measured peak is a floor for every heavier family's.
 
 So a measured configuration bounds the throughput of every configuration of an equal or
 heavier family: at a smaller-or-equal micro-batch by its own figure (3, 4), at a larger one
@@ -57,9 +64,11 @@ from autotune.scoring.score import find_baseline, objective_value, score
 from autotune.search.memory_model import Line, fit_families
 from autotune.train.strategy import checkpoint_fraction
 from autotune.scoring.settings import Scoring
+from autotune.search.space import MODEL_STATE_DEFAULTS
 
-FAMILY_KEYS = ("checkpointing", "precision", "offload", "allocator")
-DEFAULTS = {"offload": False, "allocator": "default"}
+FAMILY_KEYS = ("checkpointing", "precision", "offload", "allocator", *MODEL_STATE_DEFAULTS)
+DEFAULTS = {"offload": False, "allocator": "default", **MODEL_STATE_DEFAULTS}
+PLAIN = (0.0, "fp32", False, "default", *MODEL_STATE_DEFAULTS.values())  # the ROI baseline's family
 MIN_NOISE = 0.02  # a difference below 2 % is never worth a trial, however steady the timing
 MARGIN = 0.05  # a certain memory line may be off by this much before it rules a micro-batch out
 LINK_MARGIN = 1.25  # fact 6 allows the host link this much more than its fastest measured copy
@@ -71,9 +80,11 @@ def family_of(params) -> tuple:
 
 
 def _norm(key, value):
+    if value is None or (isinstance(value, float) and math.isnan(value)):  # a table row without the key
+        value = DEFAULTS[key]
     if key == "checkpointing":
         return checkpoint_fraction(value)
-    if key == "offload":
+    if key in ("offload", "optimizer_offload"):
         return bool(value)
     return value
 
@@ -86,8 +97,23 @@ def _finite(value) -> bool:
 
 
 def group_of(family: tuple) -> tuple:
-    """Families that share a fixed memory part and are ordered by fact 3: same precision and allocator."""
-    return family[1], family[3]
+    """Families that share a fixed memory part and are ordered by fact 3: same precision,
+    allocator and model state (optimizer state, its place, weight precision, implementation)."""
+    return (family[1], family[3]) + family[4:]
+
+
+STATE_ORDER = {"4bit": 0, "8bit": 1, "default": 2}
+
+
+def no_lighter(a: tuple, b: tuple) -> bool:
+    """Does family ``a`` hold at least the memory of ``b`` at every micro-batch (fact 7)?
+    Same precision, activation offload, allocator and optimizer implementation, and no more
+    checkpointing, no smaller optimizer state, no lower-precision weights, and the state not
+    on the host where ``b``'s is on the device."""
+    if (a[1], a[2], a[3], a[7]) != (b[1], b[2], b[3], b[7]):
+        return False
+    return (a[0] <= b[0] and STATE_ORDER[a[4]] >= STATE_ORDER[b[4]] and (a[5] <= b[5])
+            and (a[6] == "fp32" or b[6] == "bf16"))
 
 
 def no_slower(a: tuple, b: tuple) -> bool:
@@ -100,7 +126,8 @@ def no_slower(a: tuple, b: tuple) -> bool:
 
 
 def saving_level(family: tuple) -> tuple:
-    return (family[2], family[0])  # offload last, then by checkpointed fraction
+    # model state first (least saving first), then offload, then the checkpointed fraction
+    return (family[5], family[6] == "bf16", -STATE_ORDER[family[4]], family[2], family[0])
 
 
 class AutoSearch:
@@ -163,7 +190,8 @@ class AutoSearch:
         links = [float(r["host_link_gib_s"]) for r in measured.values() if _finite(r.get("host_link_gib_s"))]
         saved = 0.0  # a lower bound on the bytes saved per micro-step at m, from the twin without offload
         for (f, mm), row in measured.items():
-            if f[:2] == fam[:2] and not f[2] and row["status"] == "ok" and _finite(row.get("saved_gib")):
+            if (f[:2] == fam[:2] and f[3:] == fam[3:] and not f[2] and row["status"] == "ok"
+                    and _finite(row.get("saved_gib"))):
                 at_mm = float(row["saved_gib"])
                 if _finite(row.get("saved_per_sample_gib")):
                     per_sample = max(0.0, float(row["saved_per_sample_gib"]))
@@ -176,7 +204,7 @@ class AutoSearch:
 
     def _infeasible(self, fam: tuple, m: int, budget: float, measured, line: Optional[Line]) -> bool:
         for (f, mm), row in measured.items():
-            if f != fam or mm > m or not trusted(row):
+            if mm > m or not trusted(row) or not no_lighter(fam, f):
                 continue  # only a clean process's measurement rules others out
             if row["status"] == "oom" or (row["status"] == "pruned" and row.get("pruned_by") is not None):
                 return True  # fact 1: over the cap, so over every budget
@@ -187,7 +215,7 @@ class AutoSearch:
     def _lowest_peak(self, fam: tuple, m: int, measured, line: Optional[Line], lines) -> float:
         low = 0.0
         for (f, mm), row in measured.items():
-            if f == fam and mm <= m and row["status"] == "ok":
+            if mm <= m and row["status"] == "ok" and no_lighter(fam, f):  # facts 1 and 7
                 low = max(low, self._fit_peak(row))
         if line is not None and line.certain:
             low = max(low, line.peak(m) * (1 - MARGIN))
@@ -298,7 +326,7 @@ class AutoSearch:
 
     def _baseline_config(self) -> Optional[dict]:
         for c in self.configs:
-            if (family_of(c) == (0.0, "fp32", False, "default")) and c["micro_batch"] == self.global_batch:
+            if family_of(c) == PLAIN and c["micro_batch"] == self.global_batch:
                 return c
         return None
 

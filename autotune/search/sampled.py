@@ -17,6 +17,7 @@ from optuna.trial import TrialState
 
 from autotune.store.claims import claim, cut_short, is_duplicate, own, params_of
 from autotune.store.optuna_access import trial_id
+from autotune.search.space import canonical
 
 SAMPLERS = {
     "random": lambda seed: optuna.samplers.RandomSampler(seed=seed),
@@ -32,7 +33,7 @@ class SampledSearch:
         self.sampler = SAMPLERS[name](seed)
         # The same distributions the driver suggests from, so Optuna sees one space.
         self.distributions = {k: CategoricalDistribution(v) for k, v in choices.items()}
-        self.keys = {tuple(sorted(c.items())) for c in configs}
+        self.keys = {tuple(sorted(canonical(c).items())) for c in configs}
 
     def start(self, study: optuna.Study) -> int:
         study.sampler = self.sampler
@@ -43,12 +44,12 @@ class SampledSearch:
         if queued is not None:
             return queued
         for _ in range(20 * len(self.keys)):
-            held = {tuple(sorted(params_of(t).items())): t for t in study.get_trials(deepcopy=False) if _holds_config(t)}
+            held = {tuple(sorted(canonical(params_of(t)).items())): t for t in study.get_trials(deepcopy=False) if _holds_config(t)}
             if not self.keys - set(held):
                 return None  # every configuration is measured, queued or running
             trial = study.ask(self.distributions)
             own(study, trial_id(trial))
-            key = tuple(sorted(trial.params.items()))
+            key = tuple(sorted(canonical(trial.params).items()))
             if key not in self.keys:  # a combination outside the grid (a micro-batch the space lacks)
                 trial.set_user_attr("duplicate_of", -1)
                 study.tell(trial, state=TrialState.PRUNED)

@@ -19,10 +19,11 @@ from typing import Dict, List, Optional
 
 import yaml
 
+from autotune.train.optimizer import MODEL_STATE_DEFAULTS, OPTIMIZER_IMPLS, OPTIMIZER_STATES, WEIGHTS, combination_problem
 from autotune.train.strategy import ALLOCATORS, PRECISIONS, Strategy, checkpoint_label
 
 SHIPPED_DIR = Path(__file__).resolve().parents[1] / "conf" / "search_space"  # the shipped spaces
-SPACE_KEYS = {"checkpointing", "precision", "micro_batch", "offload", "allocator"}
+SPACE_KEYS = {"checkpointing", "precision", "micro_batch", "offload", "allocator", *MODEL_STATE_DEFAULTS}
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,21 @@ class SearchSpace:
     micro_batch_max: int
     offload: tuple = (False,)
     allocator: tuple = ("default",)
+    optimizer_state: tuple = ("default",)
+    optimizer_offload: tuple = (False,)
+    weights: tuple = ("fp32",)
+    optimizer_impl: tuple = ("default",)
+
+    @property
+    def activation_only(self) -> bool:
+        """Only the default of every model-state dimension (what escalation extends)."""
+        return all(getattr(self, k) == (v,) for k, v in MODEL_STATE_DEFAULTS.items())
+
+    def with_model_state(self, other: "SearchSpace") -> "SearchSpace":
+        """This space with ``other``'s model-state dimensions."""
+        from dataclasses import replace
+
+        return replace(self, **{k: getattr(other, k) for k in MODEL_STATE_DEFAULTS})
 
     def micro_batches(self, global_batch: int) -> List[int]:
         return [d for d in divisors(global_batch) if self.micro_batch_min <= d <= self.micro_batch_max]
@@ -45,7 +61,19 @@ class SearchSpace:
             "micro_batch": self.micro_batches(global_batch),
             "offload": list(self.offload),
             "allocator": list(self.allocator),
+            # only where the space varies them: an activation-only space keeps the keys (and
+            # so the study names) of the spaces that had no model-state dimensions
+            **({} if self.activation_only else {k: list(getattr(self, k)) for k in MODEL_STATE_DEFAULTS}),
         }
+
+
+def canonical(config: dict) -> dict:
+    """A configuration as the study stores it: the model-state keys only where one of them is
+    not its default, so a configuration of an activation-only space and the same one listed
+    by a wider space (escalation, ``search_space=full``) are one configuration."""
+    if all(config.get(k, v) == v for k, v in MODEL_STATE_DEFAULTS.items()):
+        return {k: v for k, v in config.items() if k not in MODEL_STATE_DEFAULTS}
+    return {**MODEL_STATE_DEFAULTS, **config}
 
 
 def divisors(n: int) -> List[int]:
@@ -141,6 +169,10 @@ def check_space(data: dict, source: str, problems: List[str]) -> Optional[Search
     prec = values("precision", PRECISIONS)
     offload = values("offload", (False, True), [False])
     allocator = values("allocator", tuple(ALLOCATORS), ["default"])
+    model_state = {"optimizer_state": values("optimizer_state", OPTIMIZER_STATES, ["default"]),
+                   "optimizer_offload": values("optimizer_offload", (False, True), [False]),
+                   "weights": values("weights", WEIGHTS, ["fp32"]),
+                   "optimizer_impl": values("optimizer_impl", OPTIMIZER_IMPLS, ["default"])}
     mb = data.get("micro_batch")
     lo = hi = None
     if not isinstance(mb, dict) or set(mb) - {"min", "max"}:
@@ -152,9 +184,9 @@ def check_space(data: dict, source: str, problems: List[str]) -> Optional[Search
                 problems.append(f"{source}: micro_batch.{bound}={v!r} must be an integer >= 1")
         if isinstance(lo, int) and isinstance(hi, int) and lo > hi:
             problems.append(f"{source}: micro_batch.min={lo} is above micro_batch.max={hi}; swap them")
-    if lo is None or not ckpt or not prec or not offload or not allocator:
+    if lo is None or not ckpt or not prec or not offload or not allocator or not all(model_state.values()):
         return None
-    return SearchSpace(ckpt, prec, int(lo), int(hi), offload, allocator)
+    return SearchSpace(ckpt, prec, int(lo), int(hi), offload, allocator, **model_state)
 
 
 def skip_reason(strategy: Strategy, supported: tuple, unsupported: Dict[str, str],
@@ -166,4 +198,6 @@ def skip_reason(strategy: Strategy, supported: tuple, unsupported: Dict[str, str
         return "offload moves saved activations from the device to CPU memory; on a CPU run there is nothing to move"
     if device_kind != "cuda" and strategy.allocator != "default":
         return f"allocator={strategy.allocator} configures the CUDA caching allocator; a CPU run has none"
-    return None
+    if device_kind != "cuda" and strategy.optimizer_offload:
+        return "optimizer_offload moves the optimizer state from the device to the host; on a CPU run it is there already"
+    return combination_problem(strategy)

@@ -62,6 +62,11 @@ class SearchSpaceConfig:
     micro_batch: MicroBatchBounds = field(default_factory=MicroBatchBounds)  # inclusive bounds
     offload: List[bool] = field(default_factory=lambda: [False])
     allocator: List[str] = field(default_factory=lambda: ["default"])  # default | expandable
+    # The model-state dimensions (autotune/train/optimizer.py); left out: the default only.
+    optimizer_state: List[str] = field(default_factory=lambda: ["default"])  # default | 8bit | 4bit
+    optimizer_offload: List[bool] = field(default_factory=lambda: [False])
+    weights: List[str] = field(default_factory=lambda: ["fp32"])  # fp32 | bf16
+    optimizer_impl: List[str] = field(default_factory=lambda: ["default"])  # default | forloop | foreach | fused
     path: Optional[str] = opt(None, "a space file of your own (its dimensions replace the group's; its stem names it)")
 
 
@@ -70,6 +75,7 @@ class SearchConfig:
     method: str = "auto"  # auto | grid | random | tpe | nsga2, set by the group (search=grid)
     n_trials: Optional[int] = opt(None, "the most trials the search runs (null: no limit)")
     timeout: Optional[float] = opt(None, "seconds after which no new trial starts (null: no limit)")
+    escalate: bool = opt(True, "nothing fits on the activation side: search full's model-state dimensions too")
     front_resolution: float = opt(0.1, "auto also measures what could add a Pareto point this far apart "
                                   "in memory (0: off)")
 
@@ -97,13 +103,15 @@ class TrialConfig:
     repeats: int = opt(1, "fresh-process re-measurements of each close contender before naming the best")
     # Both measure in a process that never ran another trial (autotune/trial/forkserver.py).
     isolation: str = opt("fork", "fork (a child of a pre-imported server) | fresh (a new interpreter per trial)")
-    lr: float = opt(1e-4, "AdamW learning rate")
+    lr: float = opt(1e-4, "the optimizer's learning rate (unless optimizer.lr is set)")
     seed: int = opt(0, "seed of the weights and the synthetic batches")
 
 
 @dataclass
 class TuneConfig:
     model: ModelConfig = MISSING
+    # The optimizer group: _target_ (a torch.optim class or your own), _partial_, keyword arguments.
+    optimizer: Dict[str, Any] = field(default_factory=lambda: {"_target_": "torch.optim.AdamW", "_partial_": True})
     search_space: SearchSpaceConfig = MISSING
     search: SearchConfig = field(default_factory=SearchConfig)
     roi: RoiConfig = field(default_factory=RoiConfig)
@@ -127,6 +135,7 @@ class TuneConfig:
 # The config groups: their default is the option that config.yaml's defaults list picks.
 GROUPS = {
     "model": "bert | bert-large | gpt2 | llama | vit | custom (autotune/conf/model/)",
+    "optimizer": "adamw | sgd, or optimizer._target_=your.Optimizer (autotune/conf/optimizer/)",
     "search": "auto | grid | random | tpe | nsga2: how the next configuration is picked",
     "search_space": "default | full | budgets (autotune/conf/search_space/)",
     "experiment": "a named set of overrides (autotune/conf/experiment/), e.g. bert_large_budgets",

@@ -27,12 +27,13 @@ from autotune.study.plan import Plan
 from autotune.trial.contract import ModelSpec, TrialSpec
 from autotune.trial.progress import Ticker
 from autotune.trial.runner import ForkServer, run_trial
-from autotune.search.space import skip_reason
+from autotune.search.space import MODEL_STATE_DEFAULTS, canonical, skip_reason
+from autotune.train.optimizer import combination_problem, unsupported
 from autotune.trial.clean_start import trusted
 from autotune.store.claims import (Heartbeat, cut_short, duplicate_of, enqueue_missing, is_duplicate, is_repeat,
                                    recover, waiting)
 from autotune.search import QueueSearch, make_search
-from autotune.store.optuna_access import trial_id
+from autotune.store.optuna_access import fixed_params, storage_of, trial_id
 from autotune.store.storage import check_setup, open_study
 from autotune.store.table import trials_table
 from autotune.train.strategy import Strategy, allocator_env
@@ -48,7 +49,8 @@ _NOT_COLUMNS = {"step_times_s", "timings"}
 def strategy_of(params: dict, global_batch: int) -> Strategy:
     return Strategy(checkpointing=params["checkpointing"], precision=params["precision"],
                     micro_batch=params["micro_batch"], accumulation=global_batch // params["micro_batch"],
-                    offload=params.get("offload", False), allocator=params.get("allocator", "default"))
+                    offload=params.get("offload", False), allocator=params.get("allocator", "default"),
+                    **{k: params.get(k, v) for k, v in MODEL_STATE_DEFAULTS.items()})
 
 
 def trial_spec(plan: Plan, strategy: Strategy) -> dict:
@@ -57,7 +59,8 @@ def trial_spec(plan: Plan, strategy: Strategy) -> dict:
                      seq_len=plan.seq_len, device=plan.device.torch_device, strategy=strategy.as_dict(),
                      warmup_steps=plan.warmup_steps, measure_steps=plan.measure_steps,
                      min_measure_s=plan.min_measure_s, lr=plan.lr, seed=plan.seed,
-                     memory_cap_gib=plan.memory_cap_gib).to_dict()
+                     memory_cap_gib=plan.memory_cap_gib,
+                     optimizer={"target": plan.optimizer.target, "kwargs": dict(plan.optimizer.kwargs)}).to_dict()
 
 
 def _fmt(v, spec: str) -> str:
@@ -175,10 +178,13 @@ def measure_queue(study: optuna.Study, plan: Plan, run_dir: Path, search=None, s
 
 def _measure(study, trial: optuna.Trial, plan: Plan, run_dir: Path, choices: dict, on_trial, runner, of,
              eta: Callable[[], str] = lambda: "") -> None:
-    params = {name: trial.suggest_categorical(name, choices[name]) for name in choices}
+    # A configuration of an activation-only space has no model-state keys (space.canonical)
+    given = set(trial.params) | set(fixed_params(storage_of(study).get_trial(trial_id(trial))))
+    params = {name: trial.suggest_categorical(name, choices[name]) for name in choices
+              if name not in MODEL_STATE_DEFAULTS or name in given}
     strategy = strategy_of(params, plan.global_batch)
     trial.set_user_attr("accumulation", strategy.accumulation)
-    reason = skip_reason(strategy, plan.device.precisions, plan.device.unsupported, plan.device.kind)
+    reason = device_skip(plan, params)
     smaller = None if reason else oom_at_smaller_micro_batch(study, params)
     if reason:
         result = {"status": "skipped", "cause": reason}
@@ -249,9 +255,18 @@ def oom_at_smaller_micro_batch(study: optuna.Study, params: dict):
     return None
 
 
-def grid_configs(plan: Plan) -> list:
-    grid = plan.choices
-    return [dict(zip(grid, values)) for values in itertools.product(*grid.values())]
+def grid_configs(plan: Plan, space=None) -> list:
+    """Every configuration of the plan's space (or ``space``), less the model-state
+    combinations that do not go together (``optimizer.combination_problem``)."""
+    grid = (space or plan.space).grid(plan.global_batch)
+    configs = [dict(zip(grid, values)) for values in itertools.product(*grid.values())]
+    return [canonical(c) for c in configs if not combination_problem(strategy_of(c, plan.global_batch))]
+
+
+def device_skip(plan: Plan, config: dict):
+    """Why this device, or the plan's optimizer, cannot run ``config`` (recorded skipped), or None."""
+    d, strategy = plan.device, strategy_of(config, plan.global_batch)
+    return skip_reason(strategy, d.precisions, d.unsupported, d.kind) or unsupported(strategy, plan.optimizer)
 
 
 def run_study(plan: Plan, run_dir: Path, storage: str, on_trial: Callable[[str], None] = log.info,
@@ -265,8 +280,7 @@ def run_study(plan: Plan, run_dir: Path, storage: str, on_trial: Callable[[str],
     benchmark passes a recorded table instead).
     """
     configs = grid_configs(plan)
-    d = plan.device
-    runnable = [c for c in configs if not skip_reason(strategy_of(c, plan.global_batch), d.precisions, d.unsupported, d.kind)]
+    runnable = [c for c in configs if not device_skip(plan, c)]
     search = make_search(plan.search, configs, runnable, plan.choices, plan)
     study = open_study(plan.study_name, storage, getattr(search, "sampler", None)
                        or optuna.samplers.RandomSampler(seed=plan.seed))
@@ -281,10 +295,52 @@ def run_study(plan: Plan, run_dir: Path, storage: str, on_trial: Callable[[str],
     forks = ForkServer(plan.model_target) if plan.isolation == "fork" and runner is run_trial else None
     try:
         _search_and_confirm(study, plan, run_dir, search, on_trial, forks or runner, len(configs))
+        wider = escalation(study, plan, on_trial)
+        if wider is not None:
+            configs = grid_configs(wider)
+            search = make_search(plan.search, configs, [c for c in configs if not device_skip(wider, c)],
+                                 wider.choices, wider)
+            search.start(study)
+            _search_and_confirm(study, wider, run_dir, search, on_trial, forks or runner, len(configs))
     finally:
         if forks is not None:
             forks.close()
     return study
+
+
+def escalation(study: optuna.Study, plan: Plan, on_trial) -> Optional[Plan]:
+    """The plan widened to the model-state dimensions of ``search_space=full`` when
+    ``plan.escalate`` holds and no measured configuration fits some budget; else None."""
+    if not plan.escalate or plan.search not in ("auto", "grid"):
+        return None
+    from dataclasses import replace
+
+    from autotune.scoring.score import score
+    from autotune.search.space import SHIPPED_DIR, load_space
+
+    table = trials_table(study)
+    if table.empty:
+        return None
+    short = [b for b in plan.budgets if not score(table, plan.global_batch, b, plan.roi)[0]["fits_budget"].any()]
+    if not short and "escalated" not in study.user_attrs:  # a resumed run goes on where it escalated
+        return None
+    full = load_space({"path": str(SHIPPED_DIR / "full.yaml")}, problems := [])
+    if full is None:
+        raise RuntimeError(f"the shipped full space does not load: {problems}")
+    wider = replace(plan, space=plan.space.with_model_state(full), escalate=False)
+    ok = table[table["status"] == "ok"]
+    lightest = (f"; the lightest measured used {ok['peak_memory_gib'].min():.2f} GiB" if not ok.empty
+                else "; every configuration measured ran out of memory")
+    dims = ", ".join(f"{k} {list(getattr(full, k))}" for k in MODEL_STATE_DEFAULTS)
+    if "escalated" in study.user_attrs:
+        on_trial(f"resuming the escalated search ({study.user_attrs['escalated']})")
+        return wider
+    said = (f"nothing fit budget_gib={', '.join(f'{b:g}' for b in short)} on the activation side alone "
+            f"({trials_run(study)} configurations run{lightest})")
+    on_trial(f"{said}. Escalating: searching the optimizer and model-state dimensions too ({dims}); "
+             "search.escalate=false turns this off")
+    study.set_user_attr("escalated", f"{said}; then searched {dims} too")
+    return wider
 
 
 def _search_and_confirm(study, plan: Plan, run_dir: Path, search, on_trial, runner, n_configs: int) -> None:

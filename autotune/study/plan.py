@@ -20,6 +20,7 @@ from autotune.scoring.score import OBJECTIVES
 from autotune.scoring.settings import Scoring
 from autotune.study.workers import visible_gpus, worker_count
 from autotune.search.space import SearchSpace, divisors, load_space
+from autotune.train.optimizer import OptimizerSpec, resolve
 
 
 class ConfigError(ValueError):
@@ -61,6 +62,8 @@ class Plan:
     n_trials: Optional[int] = None
     search_timeout_s: Optional[float] = None
     front_resolution: float = 0.0  # search=auto: the Pareto front settled to this fraction of memory
+    optimizer: OptimizerSpec = field(default_factory=OptimizerSpec)  # the user's optimizer
+    escalate: bool = False  # nothing fits on the activation side: search the model-state dimensions too
     reductions: List[str] = field(default_factory=list)  # what a CPU run shrank, for the log and report
     profile: bool = False  # trace the best configuration once more under torch.profiler
     dry_run: bool = False  # print the plan, run nothing
@@ -96,6 +99,40 @@ def _check_builder(target: str, problems: List[str]) -> None:
         return
     if not callable(builder):
         problems.append(f"model._target_={target}: is not callable; it must name a function returning a Workload")
+
+
+def _check_optimizer(group: dict, lr: float, problems: List[str]) -> Optional[OptimizerSpec]:
+    """The optimizer group as a spec, after building it once on a one-element parameter so
+    that a bad class or keyword fails here, with the optimizer's own words, not in every trial."""
+    import torch
+
+    group = dict(group or {})
+    target = group.pop("_target_", None)
+    partial = group.pop("_partial_", True)
+    if not isinstance(target, str) or not target:
+        problems.append(f"optimizer._target_={target!r}: name the optimizer class, e.g. optimizer=sgd or "
+                        "optimizer._target_=torch.optim.AdamW")
+        return None
+    if partial is not True:
+        problems.append(f"optimizer._partial_={partial!r}: must be true (autotune passes the model's parameters "
+                        "to what _target_ names)")
+    try:
+        factory = resolve(target)
+    except (ImportError, AttributeError, ValueError) as e:
+        problems.append(f"optimizer._target_={target}: cannot be imported ({type(e).__name__}: {e}); give "
+                        "package.module.Class of an importable optimizer")
+        return None
+    kwargs = {k: (list(v) if isinstance(v, tuple) else v) for k, v in group.items()}
+    try:
+        built = factory([torch.nn.Parameter(torch.zeros(1))], **{"lr": lr, **kwargs})
+    except Exception as e:  # the optimizer's own check of its arguments
+        shown = " ".join(f"optimizer.{k}={v}" for k, v in kwargs.items()) or f"optimizer._target_={target}"
+        problems.append(f"{shown}: {target} refused these arguments ({type(e).__name__}: {e}); fix or remove them")
+        return None
+    if not isinstance(built, torch.optim.Optimizer):
+        problems.append(f"optimizer._target_={target}: returned {type(built).__name__}, not a torch.optim.Optimizer")
+        return None
+    return OptimizerSpec(target=target, kwargs=kwargs)
 
 
 STARTUP_S = 120.0  # interpreter, imports, CUDA context and model build, with room to spare
@@ -276,6 +313,8 @@ def make_plan(cfg: TuneConfig, overridden: frozenset = frozenset()) -> Plan:
     if device is not None and micro_batches and seq_len >= 1:
         problems += _check_sequence(seq_len, min(micro_batches), model_config, device)
     _check_builder(cfg.model._target_, problems)
+    group_opt = cfg.optimizer if isinstance(cfg.optimizer, dict) else OmegaConf.to_container(cfg.optimizer)
+    optimizer = _check_optimizer(group_opt, t.lr, problems) if _positive(t.lr) else None
 
     if problems:
         raise ConfigError(problems)
@@ -285,6 +324,9 @@ def make_plan(cfg: TuneConfig, overridden: frozenset = frozenset()) -> Plan:
                 "global_batch": global_batch, "device": device.name, "space": space.grid(global_batch),
                 "warmup": t.warmup_steps, "measure": t.measure_steps, "min_measure_s": t.min_measure_s, "lr": t.lr,
                 "seed": t.seed}
+    if optimizer is not None and optimizer != OptimizerSpec(kwargs={"weight_decay": 0.01}):
+        # only a non-default optimizer joins the digest, so studies of earlier runs keep their names
+        measured["optimizer"] = {"target": optimizer.target, "kwargs": optimizer.kwargs}
     return Plan(
         model_name=cfg.model.name, model_target=cfg.model._target_, model_config=model_config,
         seq_len=seq_len, global_batch=global_batch, device=device, budget_gib=float(budget),
@@ -295,6 +337,7 @@ def make_plan(cfg: TuneConfig, overridden: frozenset = frozenset()) -> Plan:
                                                                                 t.min_measure_s),
         study_name=cfg.study_name or default_study_name(cfg.model.name, space_name, budgets, measured),
         storage=cfg.storage, reductions=reductions, search=sc.method, n_trials=sc.n_trials,
-        search_timeout_s=sc.timeout, front_resolution=sc.front_resolution,
+        search_timeout_s=sc.timeout, front_resolution=sc.front_resolution, optimizer=optimizer,
+        escalate=sc.escalate and space.activation_only,
         isolation=t.isolation, min_measure_s=t.min_measure_s, profile=cfg.profile, dry_run=cfg.dry_run, setup=measured,
         workers=worker_count(cfg.workers, device))

@@ -14,6 +14,8 @@ from typing import Iterable, List, Optional, Sequence
 import torch
 import torch.utils.checkpoint
 
+from autotune.train.optimizer import OPTIMIZER_IMPLS, OPTIMIZER_STATES, WEIGHTS
+
 CHECKPOINT_ALIASES = {"none": 0.0, "full": 1.0}
 PRECISIONS = ("fp32", "bf16", "fp16")
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -47,11 +49,23 @@ class Strategy:
     accumulation: int  # micro-steps per optimizer step
     offload: bool = False  # saved activations kept in pinned CPU memory (save_on_cpu)
     allocator: str = "default"  # default | expandable (CUDA caching allocator segments)
+    # The model-state dimensions (train/optimizer.py says how each is built):
+    optimizer_state: str = "default"  # default | 8bit | 4bit (AdamW's moments block-quantised)
+    optimizer_offload: bool = False  # optimizer state and step on the host (CUDA only)
+    weights: str = "fp32"  # fp32 | bf16 (AdamW with stochastic rounding)
+    optimizer_impl: str = "default"  # default | forloop | foreach | fused (torch.optim's switch)
 
     def __post_init__(self):
         object.__setattr__(self, "checkpointing", checkpoint_label(self.checkpointing))
-        if self.allocator not in ALLOCATORS:
-            raise ValueError(f"allocator={self.allocator!r}: use one of {', '.join(ALLOCATORS)}")
+        for key, allowed in (("allocator", tuple(ALLOCATORS)), ("optimizer_state", OPTIMIZER_STATES),
+                             ("weights", WEIGHTS), ("optimizer_impl", OPTIMIZER_IMPLS)):
+            if getattr(self, key) not in allowed:
+                raise ValueError(f"{key}={getattr(self, key)!r}: use one of {', '.join(allowed)}")
+
+    @property
+    def model_state(self) -> tuple:
+        """The model-state dimensions: what changes the memory no micro-batch changes."""
+        return (self.optimizer_state, self.optimizer_offload, self.weights, self.optimizer_impl)
 
     @property
     def checkpoint_fraction(self) -> float:
@@ -66,6 +80,9 @@ class Strategy:
 
     def label(self) -> str:
         extra = (" offload" if self.offload else "") + (f" alloc={self.allocator}" if self.allocator != "default" else "")
+        extra += (f" opt={self.optimizer_state}" if self.optimizer_state != "default" else "") + (
+            " opt-offload" if self.optimizer_offload else "") + (f" w={self.weights}" if self.weights != "fp32" else "") + (
+            f" impl={self.optimizer_impl}" if self.optimizer_impl != "default" else "")
         return (f"ckpt={self.checkpointing} prec={self.precision} mb={self.micro_batch} "
                 f"acc={self.accumulation}{extra}")
 

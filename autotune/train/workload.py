@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, List
+from typing import Any, Callable, List, Optional
 
 import torch
 
@@ -15,12 +15,17 @@ class Workload:
     make_batch: make_batch(n, device) -> a batch of n synthetic samples
     loss:       loss(model, batch) -> scalar loss tensor (forward included)
     blocks:     the modules eligible for activation checkpointing (usually the layers)
+    optimizer:  optimizer(params) -> torch.optim.Optimizer, if the model trains with its own
+                (else the ``optimizer`` config group's, AdamW by default). autotune cannot
+                change how a factory of the user's holds its state, so the model-state
+                dimensions keep their defaults for it.
     """
 
     model: torch.nn.Module
     make_batch: Callable[[int, torch.device], Any]
     loss: Callable[[torch.nn.Module, Any], torch.Tensor]
     blocks: List[torch.nn.Module] = field(default_factory=list)
+    optimizer: Optional[Callable[[Any], torch.optim.Optimizer]] = None
 
 
 def find_blocks(model: torch.nn.Module) -> List[torch.nn.Module]:

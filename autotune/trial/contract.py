@@ -34,6 +34,8 @@ class TrialSpec:
     lr: float = 1e-4
     seed: int = 0
     memory_cap_gib: Optional[float] = None  # cap the allocator to this (a budget smaller than the card)
+    # The user's optimizer (train/optimizer.py:OptimizerSpec): class or function, and keyword arguments.
+    optimizer: Dict[str, Any] = field(default_factory=lambda: {"target": "torch.optim.AdamW", "kwargs": {}})
     # Set by whoever launches the trial:
     result: Optional[str] = None  # where to write result.json (default: beside spec.json)
     launched_at: Optional[float] = None  # time.time() at launch: the trial's start-up is measured from it
@@ -79,7 +81,9 @@ class TrialResult(TypedDict, total=False):
     cuda_context_gib: float
     fragmentation_gib: float
     num_alloc_retries: int
-    static_gib: float  # parameters, gradients, optimizer state
+    static_gib: float  # parameters, gradients, optimizer state on the device
+    optimizer: str  # the optimizer class the trial trained with
+    numerics: str  # what changes training numerics ("" for fp32 with the plain optimizer)
     memory_growth_gib: float
     saved_gib: float  # bytes autograd saves for backward at this micro-batch (offload's copies)
     saved_per_sample_gib: float

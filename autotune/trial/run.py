@@ -26,6 +26,7 @@ from autotune.trial.contract import TrialResult, TrialSpec  # noqa: E402
 from autotune.trial.progress import PROGRESS_FILE, TrialProgress  # noqa: E402
 from autotune.train.measure import host_link_gib_s, memory_growth_gib, memory_probe, step_time_stats  # noqa: E402
 from autotune.train.strategy import Strategy, apply_checkpointing, forward_context, make_scaler  # noqa: E402
+from autotune.train import optimizer as optim  # noqa: E402
 from autotune.train.workload import Workload  # noqa: E402
 
 
@@ -123,6 +124,9 @@ def run(spec) -> dict:
     progress = TrialProgress(Path(spec.result).with_name(PROGRESS_FILE) if spec.result else None)
 
     builder = resolve_builder(spec.model.target)
+    opt_spec = optim.OptimizerSpec(**spec.optimizer)
+    if optim.needs_torchao(strategy):
+        import torchao.optim  # noqa: F401  (imported before the baseline: an import is not the trial's memory)
     probe = memory_probe(device)  # after imports (and CUDA start-up), before the model
     check_clean_start(device_type, getattr(probe, "index", 0))  # raises DirtyStart
     limits = probe.limit(spec.memory_cap_gib) if device_type == "cuda" else {}
@@ -149,7 +153,12 @@ def run(spec) -> dict:
         return {"status": "skipped", "cause": f"checkpointing={strategy.checkpointing} was asked for, but the model "
                 "exposes no blocks: give Workload(blocks=[...]) the repeated layers to checkpoint"}
     n_ckpt = apply_checkpointing(workload.blocks, strategy.checkpointing)
-    optimizer = torch.optim.AdamW(workload.model.parameters(), lr=spec.lr)
+    why_not = optim.unsupported(strategy, opt_spec, custom_factory=workload.optimizer is not None)
+    if why_not:
+        return {"status": "skipped", "cause": why_not}
+    if strategy.weights == "bf16":
+        workload.model.to(torch.bfloat16)
+    optimizer = optim.build(workload.model.parameters(), strategy, opt_spec, spec.lr, workload.optimizer)
     scaler = make_scaler(strategy.precision, device_type)
     batch = workload.make_batch(strategy.micro_batch, torch.device(device))
     sync()
@@ -210,15 +219,15 @@ def run(spec) -> dict:
     measured_memory = memory or probe.finish()  # before anything below can touch the allocator
     # What no micro-batch changes: parameters, their gradients and the optimizer's state
     # (the floor of the memory line the auto search fits).
-    tensors = [p for p in workload.model.parameters()] + [v for st in optimizer.state.values() for v in st.values()
-                                                          if isinstance(v, torch.Tensor)]
-    static_bytes = sum(t.numel() * t.element_size() for t in tensors) + sum(
+    tensors = list(workload.model.parameters()) + optim.state_tensors(optimizer)
+    static_bytes = sum(optim.tensor_bytes(t) for t in tensors) + sum(
         p.numel() * p.element_size() for p in workload.model.parameters() if p.requires_grad)
     timings["total_s"] = time.time() - (spec.launched_at or time.time())
 
     result = {"status": status, "cause": cause, "device": device_type, "n_checkpointed": n_ckpt,
               "n_blocks": len(workload.blocks), "losses": losses, "step_times_s": step_times, "timings": timings,
               "allocator_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""), "static_gib": static_bytes / 2**30,
+              "optimizer": type(optimizer).__name__, "numerics": ", ".join(optim.changes_numerics(strategy)),
               **limits, **load}
     result.update(measured_memory)
     if status == "ok":

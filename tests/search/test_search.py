@@ -26,6 +26,9 @@ from tests.test_reliability import study_trials
 
 ROI = {"memory_price_per_gib_hour": 0.025, "compute_price_per_hour": 3.5, "workload_samples": 1e7}
 CKPT = {"none": 0.0, "0.5": 0.5, "full": 1.0}
+from autotune.search.space import MODEL_STATE_DEFAULTS
+
+PLAIN_STATE = tuple(MODEL_STATE_DEFAULTS.values())  # the model-state part of a family
 
 
 def known_workload(intercept=6.0, act=0.5, launch=0.02, per_sample=0.003, recompute=0.3, offload_cost=3.0,
@@ -181,20 +184,20 @@ def test_offload_configs_the_copies_rule_out_are_never_measured(budget):
 
 
 def test_the_copies_bound_an_offload_family_from_its_twin_without_offload():
-    measured = {((0.0, "bf16", False, "default"), 16): {"status": "ok", "saved_gib": 8.0, "host_link_gib_s": 40.0}}
-    fam = (0.0, "bf16", True, "default")
+    measured = {((0.0, "bf16", False, "default", *PLAIN_STATE), 16): {"status": "ok", "saved_gib": 8.0, "host_link_gib_s": 40.0}}
+    fam = (0.0, "bf16", True, "default", *PLAIN_STATE)
     # At m=32 at least the 8 GiB counted at 16 cross the link twice per micro-step.
     assert AutoSearch._transfer_bound(fam, 32, measured) == pytest.approx(32 * 40.0 * 1.25 / (2 * 8.0))
     # Below 16, only the per-sample share is sure (the weights' share may be all of it).
     assert AutoSearch._transfer_bound(fam, 8, measured) == pytest.approx(8 * 40.0 * 1.25 / (2 * 4.0))
     # With the per-sample share known, the line gives the bytes at any micro-batch.
-    measured[((0.0, "bf16", False, "default"), 16)]["saved_per_sample_gib"] = 0.45
+    measured[((0.0, "bf16", False, "default", *PLAIN_STATE), 16)]["saved_per_sample_gib"] = 0.45
     weights = 8.0 - 0.45 * 16
     assert AutoSearch._transfer_bound(fam, 8, measured) == pytest.approx(8 * 50.0 / (2 * (weights + 0.45 * 8)))
     assert AutoSearch._transfer_bound(fam, 64, measured) == pytest.approx(64 * 50.0 / (2 * (weights + 0.45 * 64)))
     # Another precision's bytes, or no link figure: no bound.
-    assert AutoSearch._transfer_bound((0.0, "fp32", True, "default"), 32, measured) == math.inf
-    measured[((0.0, "bf16", False, "default"), 16)].pop("host_link_gib_s")
+    assert AutoSearch._transfer_bound((0.0, "fp32", True, "default", *PLAIN_STATE), 32, measured) == math.inf
+    measured[((0.0, "bf16", False, "default", *PLAIN_STATE), 16)].pop("host_link_gib_s")
     assert AutoSearch._transfer_bound(fam, 32, measured) == math.inf
 
 
@@ -217,7 +220,7 @@ def test_the_memory_line_is_fitted_and_predicts_the_micro_batch_auto_measures_ne
     table = seen.assign(number=range(len(seen)))
     nxt = auto.propose(table, set())
     # none: 6 + 0.5 m fits 20 GiB up to m = 28, so the largest micro-batch predicted to fit is 16.
-    assert family_of(nxt) == (0.0, "bf16", False, "default") and nxt["micro_batch"] == 16
+    assert family_of(nxt) == (0.0, "bf16", False, "default", *PLAIN_STATE) and nxt["micro_batch"] == 16
     # Above it the certain line rules micro-batches out: 32 and 64 are never proposed for none.
     table = truth[(truth["checkpointing"] == "none") & ~truth["offload"] & truth["micro_batch"].isin([4, 8, 16])]
     for _ in range(20):
