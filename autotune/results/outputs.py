@@ -9,14 +9,15 @@ import pandas as pd
 import yaml
 
 from autotune.system.safe_write import replacing, write_text
-from autotune.train.best_schema import BestConfig, Measured, TunedDevice, TunedModel, TunedStrategy
+from autotune.train.best_schema import BestConfig, Measured, TunedDevice, TunedModel, TunedOptimizer, TunedStrategy
 from autotune.scoring.budgets import BudgetResult, budget_label
 from autotune.study.plan import Plan
 from autotune.scoring.score import Baseline
+from autotune.train.optimizer import MODEL_STATE_DEFAULTS, changes_numerics
 from autotune.train.strategy import checkpoint_label
 
 SUMMARY_COLUMNS = ["checkpointing", "precision", "micro_batch", "accumulation", "offload", "allocator",
-                   "peak_memory_gib", "samples_per_s", "roi"]
+                   *MODEL_STATE_DEFAULTS, "peak_memory_gib", "samples_per_s", "roi", "loss_parity"]
 
 
 def _true(value) -> bool:
@@ -33,10 +34,13 @@ def best_config(plan: Plan, row: pd.Series, baseline: Baseline, command: str, bu
     def num(v):
         return None if pd.isna(v) else float(v)
 
+    state = {k: (bool(row.get(k, v)) if isinstance(v, bool) else str(row.get(k, v)))
+             for k, v in MODEL_STATE_DEFAULTS.items()}
+    strategy = TunedStrategy(checkpointing=checkpoint_label(row["checkpointing"]), precision=row["precision"],
+                             micro_batch=int(row["micro_batch"]), accumulation=int(row["accumulation"]),
+                             offload=bool(row.get("offload", False)), allocator=row.get("allocator", "default"), **state)
     best = BestConfig(
-        strategy=TunedStrategy(checkpointing=checkpoint_label(row["checkpointing"]), precision=row["precision"],
-                               micro_batch=int(row["micro_batch"]), accumulation=int(row["accumulation"]),
-                               offload=bool(row.get("offload", False)), allocator=row.get("allocator", "default")),
+        strategy=strategy,
         global_batch=plan.global_batch, objective=plan.objective, budget_gib=round(budget_gib, 3),
         memory_cap_gib=plan.memory_cap_gib,
         device=TunedDevice(kind=plan.device.kind, name=plan.device.name),
@@ -46,7 +50,9 @@ def best_config(plan: Plan, row: pd.Series, baseline: Baseline, command: str, bu
                           device_peak_gib=num(row.get("device_peak_gib")),
                           cuda_context_gib=num(row.get("cuda_context_gib")), samples_per_s=num(row["samples_per_s"]),
                           time_spread=num(row.get("time_spread")), roi=num(row.get("roi"))),
-        baseline=baseline.as_dict(), command=command)
+        baseline=baseline.as_dict(), command=command,
+        optimizer=TunedOptimizer(target=plan.optimizer.target, kwargs=dict(plan.optimizer.kwargs), lr=plan.lr),
+        numerics=", ".join(changes_numerics(strategy)), loss_parity=num(row.get("loss_parity")))
     return asdict(best)
 
 
@@ -169,7 +175,11 @@ def with_interval(value, lo, hi, digits: int = 1) -> str:
 
 def front_text(front: pd.DataFrame) -> str:
     """The Pareto front as the terminal shows it: samples/s and ROI with their intervals."""
-    shown = front[[c for c in SUMMARY_COLUMNS if c in front]].copy()
+    varied = [k for k, v in MODEL_STATE_DEFAULTS.items() if k in front and (front[k] != v).any()]
+    shown = front[[c for c in SUMMARY_COLUMNS if c in front and (c not in MODEL_STATE_DEFAULTS or c in varied)
+                   and (c != "loss_parity" or front[c].notna().any())]].copy()
+    if "loss_parity" in shown:
+        shown["loss_parity"] = front["loss_parity"].map(lambda v: "-" if pd.isna(v) else f"{v:.2%}")
     shown["peak_memory_gib"] = front["peak_memory_gib"].map(lambda v: f"{v:.3f}")
     for col in ("samples_per_s", "roi"):
         if col in front:
@@ -199,11 +209,18 @@ def summary(scored: pd.DataFrame, best: Optional[int], objective: str, why: Opti
     b = scored.loc[best]
     extra = (" offload=true" if _true(b.get("offload")) else "") + (
         f" allocator={b['allocator']}" if b.get("allocator", "default") != "default" else "")
+    extra += "".join(f" {k}={str(b.get(k)).lower()}" for k, v in MODEL_STATE_DEFAULTS.items()
+                     if k in b and b.get(k) != v)
     lines.append(f"best by {objective}: checkpointing={b['checkpointing']} precision={b['precision']} "
                  f"micro_batch={int(b['micro_batch'])} accumulation={int(b['accumulation'])}{extra} "
                  f"({b['peak_memory_gib']:.3f} GiB, {b['samples_per_s']:.1f} samples/s)")
     if why:
         lines.append(f"why: {why}")
+    if isinstance(b.get("numerics"), str) and b.get("numerics"):
+        parity = b.get("loss_parity")
+        lines.append(f"changes training numerics: {b['numerics']}; loss parity: "
+                     + ("not measured" if pd.isna(parity) else
+                        f"losses within {parity:.2%} of the plain optimizer's over the same steps, seed and batch"))
     lines.append("Pareto front (peak memory vs samples/s):")
     lines.append(front_text(pareto_table(scored)))
     return "\n".join(lines)

@@ -19,6 +19,7 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
+from autotune.scoring.parity import loss_parity
 from autotune.scoring.pareto import pareto_mask
 from autotune.train.strategy import checkpoint_fraction
 from autotune.train.optimizer import MODEL_STATE_DEFAULTS
@@ -123,6 +124,7 @@ def score(trials: pd.DataFrame, global_batch: int, budget_gib: float, roi: dict)
     df["noisy"] = (spread > NOISY_SPREAD) | df["contended"]
     mem = df["peak_memory_gib"].where(df["fits_budget"])
     df["on_pareto"] = pareto_mask(mem, df["samples_per_s"].where(df["fits_budget"]))
+    df["loss_parity"] = loss_parity(df)
     return df, baseline
 
 

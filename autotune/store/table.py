@@ -12,6 +12,7 @@ import pandas as pd
 
 from autotune.store.claims import cut_short, is_duplicate
 
+REFERENCE_ATTR = "reference_losses"  # study attribute: {trial number: the plain optimizer's losses}
 MEMORY_AGREEMENT = 0.02  # runs of one configuration whose peaks differ by more are flagged
 
 # Columns every trials table starts with; the rest follow in the order first seen.
@@ -46,6 +47,10 @@ def trials_table(study: optuna.Study) -> pd.DataFrame:
     for number, extra in repeats.items():
         if number in by_number:
             _fold_repeats(by_number[number], extra)
+    # Losses of the plain-optimizer runs made for parity (study/parity.py), by trial number.
+    for number, losses in study.user_attrs.get(REFERENCE_ATTR, {}).items():
+        if int(number) in by_number:
+            by_number[int(number)]["reference_losses"] = losses
     df = pd.DataFrame(rows)
     for col in LEAD_COLUMNS:
         if col not in df.columns:

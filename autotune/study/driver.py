@@ -33,6 +33,7 @@ from autotune.trial.clean_start import trusted
 from autotune.store.claims import (Heartbeat, cut_short, duplicate_of, enqueue_missing, is_duplicate, is_repeat,
                                    recover, waiting)
 from autotune.search import QueueSearch, make_search
+from autotune.study.parity import run_references
 from autotune.store.optuna_access import fixed_params, storage_of, trial_id
 from autotune.store.storage import check_setup, open_study
 from autotune.store.table import trials_table
@@ -302,6 +303,7 @@ def run_study(plan: Plan, run_dir: Path, storage: str, on_trial: Callable[[str],
                                  wider.choices, wider)
             search.start(study)
             _search_and_confirm(study, wider, run_dir, search, on_trial, forks or runner, len(configs))
+        run_references(study, plan, run_dir, forks or runner, on_trial, strategy_of, trial_spec)
     finally:
         if forks is not None:
             forks.close()

@@ -28,6 +28,17 @@ class TunedStrategy:
     accumulation: int = 1  # micro_batch x accumulation = the global batch
     offload: bool = False  # saved activations in pinned CPU memory
     allocator: str = "default"  # default | expandable
+    optimizer_state: str = "default"  # default | 8bit | 4bit (AdamW's moments, torchao)
+    optimizer_offload: bool = False  # optimizer state and step on the host (torchao)
+    weights: str = "fp32"  # fp32 | bf16 (AdamW with stochastic rounding)
+    optimizer_impl: str = "default"  # default | forloop | foreach | fused
+
+
+@dataclass
+class TunedOptimizer:
+    target: str = "torch.optim.AdamW"  # the optimizer the trials trained with (the optimizer group)
+    kwargs: Dict[str, Any] = field(default_factory=dict)  # its keyword arguments; lr: trial.lr unless set
+    lr: Optional[float] = None  # trial.lr
 
 
 @dataclass
@@ -66,6 +77,11 @@ class BestConfig:
     device: TunedDevice = field(default_factory=TunedDevice)
     model: TunedModel = field(default_factory=TunedModel)
     measured: Measured = field(default_factory=Measured)
+    optimizer: TunedOptimizer = field(default_factory=TunedOptimizer)
+    # What makes training compute other numbers than fp32 with the plain optimizer, and how far
+    # the trial's losses were from the plain optimizer's over the same steps (see the report).
+    numerics: str = ""
+    loss_parity: Optional[float] = None
     baseline: Dict[str, Any] = field(default_factory=dict)
     command: Optional[str] = None  # the command that reproduces the run
 

@@ -55,6 +55,41 @@ def _model_side(tuned, full_checkpointing_expressible: bool) -> List[str]:
     return missing
 
 
+HF_OPTIM = {("AdamW", "default", "default"): "adamw_torch", ("AdamW", "default", "fused"): "adamw_torch_fused",
+            ("AdamW", "8bit", "default"): "adamw_torch_8bit", ("AdamW", "4bit", "default"): "adamw_torch_4bit",
+            ("SGD", "default", "default"): "sgd"}  # torch.optim / torchao optimizers Hugging Face names
+
+
+def _optimizer_side(tuned) -> List[str]:
+    """What of the tuned optimizer only ``tuned.optimizer(params)`` builds."""
+    s = tuned.strategy
+    missing = []
+    if s.weights == "bf16":
+        missing.append("weights=bf16 (tuned.apply(model) casts the weights; AdamW with stochastic rounding)")
+    if s.optimizer_offload:
+        missing.append("optimizer_offload=true (the optimizer state and step on the host)")
+    return missing
+
+
+def _hf_optimizer(tuned) -> tuple:
+    """(TrainingArguments keys for the tuned optimizer, what they cannot express)."""
+    s, spec = tuned.strategy, tuned.optimizer_spec
+    key = (spec.name if spec.target.startswith("torch.optim") else spec.target, s.optimizer_state, s.optimizer_impl)
+    args, missing = {}, _optimizer_side(tuned)
+    name = HF_OPTIM.get(key)
+    if name is None:
+        missing.append(f"the optimizer {spec.target} ({s.optimizer_state} state, {s.optimizer_impl} "
+                       "implementation): pass Trainer(optimizers=(tuned.optimizer(model.parameters()), None))")
+    elif not missing:
+        args["optim"] = name
+    lr = spec.kwargs.get("lr", tuned.lr)
+    if lr is not None:
+        args["learning_rate"] = lr
+    if "weight_decay" in spec.kwargs:
+        args["weight_decay"] = spec.kwargs["weight_decay"]
+    return args, missing
+
+
 def hf_training_args(tuned, world_size: int = 1) -> dict:
     """``transformers.TrainingArguments`` keyword arguments for the tuned strategy.
 
@@ -68,7 +103,9 @@ def hf_training_args(tuned, world_size: int = 1) -> dict:
             ckpt: checkpoint_fraction(tuned.checkpointing) == 1.0}
     if args[ckpt]:
         args[f"{ckpt}_kwargs"] = {"use_reentrant": False}
-    _warn("Hugging Face TrainingArguments", _model_side(tuned, full_checkpointing_expressible=True))
+    optim_args, optim_missing = _hf_optimizer(tuned)
+    args.update(optim_args)
+    _warn("Hugging Face TrainingArguments", _model_side(tuned, full_checkpointing_expressible=True) + optim_missing)
     return args
 
 
@@ -90,10 +127,15 @@ LIGHTNING_PRECISION = {"fp32": "32-true", "bf16": "bf16-mixed", "fp16": "16-mixe
 
 def lightning_trainer_kwargs(tuned, world_size: int = 1) -> dict:
     """``lightning.Trainer`` keyword arguments for the tuned strategy: ``precision`` and
-    ``accumulate_grad_batches``. The DataLoader's ``batch_size`` is ``tuned.micro_batch``.
+    ``accumulate_grad_batches``. ``configure_optimizers`` returns ``tuned.optimizer(self.parameters())``
+    (warned about when the tuned model state is not the plain optimizer's). The DataLoader's ``batch_size`` is ``tuned.micro_batch``.
     Lightning has no checkpointing setting: any checkpointing, offload and the allocator
     are warned about (``tuned.apply(model)`` in ``LightningModule.configure_model``)."""
     kwargs = {"precision": LIGHTNING_PRECISION[tuned.precision],
               "accumulate_grad_batches": _per_device(tuned, world_size)}
-    _warn("Lightning Trainer", _model_side(tuned, full_checkpointing_expressible=False))
+    s = tuned.strategy
+    optimizer = ([f"the tuned optimizer ({', '.join(f'{k}={getattr(s, k)}' for k in ('optimizer_state', 'optimizer_offload', 'weights', 'optimizer_impl'))}): "
+                  "LightningModule.configure_optimizers must return tuned.optimizer(self.parameters())"]
+                 if s.model_state != ("default", False, "fp32", "default") else [])
+    _warn("Lightning Trainer", _model_side(tuned, full_checkpointing_expressible=False) + optimizer)
     return kwargs

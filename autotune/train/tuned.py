@@ -2,7 +2,8 @@
 
     tuned = load_tuned("outputs/.../best.yaml")
     tuned.set_allocator()                     # before CUDA starts: the tuned allocator setting
-    model = tuned.apply(model)                # activation checkpointing on the tuned blocks
+    model = tuned.apply(model)                # checkpointing on the tuned blocks (and bf16 weights if tuned)
+    optimizer = tuned.optimizer(model.parameters())  # the optimizer the trials used, its state as tuned
     scaler = tuned.scaler()                   # gradient scaling, enabled for fp16 only
     for step ...:
         for micro in range(tuned.accumulation):
@@ -19,7 +20,7 @@ from __future__ import annotations
 import functools
 import os
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -30,6 +31,9 @@ from omegaconf.errors import OmegaConfBaseException
 
 from autotune.train.best_schema import BEST_FORMAT, BestConfig
 from autotune.train.exporters import hf_training_args, lightning_trainer_kwargs
+from autotune.train.optimizer import MODEL_STATE_DEFAULTS, OptimizerSpec
+from autotune.train.optimizer import build as build_optimizer
+from autotune.train.optimizer import unsupported as build_problem
 from autotune.train.strategy import (Strategy, allocator_env, apply_checkpointing, autocast_context, checkpoint_fraction,
                                forward_context, make_scaler, offload_context)
 from autotune.train.workload import find_blocks
@@ -43,6 +47,10 @@ class Tuned:
     measured: dict = field(default_factory=dict)  # the trial's figures
     budget_gib: Optional[float] = None  # the budget it was tuned for
     memory_cap_gib: Optional[float] = None  # the cap the trials ran under (None: uncapped)
+    optimizer_spec: OptimizerSpec = field(default_factory=OptimizerSpec)  # the optimizer the trials trained with
+    lr: Optional[float] = None  # the learning rate the trials used (trial.lr), unless optimizer_spec sets one
+    numerics: str = ""  # what changes training numerics, as best.yaml says
+    loss_parity: Optional[float] = None
 
     @property
     def checkpointing(self) -> str:
@@ -82,14 +90,28 @@ class Tuned:
         * the allocator setting, if tuned (``set_allocator``; it warns when CUDA has already
           started, since the setting then cannot take effect).
 
+        * bf16 weights, if tuned (then build the optimizer with ``tuned.optimizer``).
+
         Precision stays a context around each forward (``tuned.autocast()`` or
         ``tuned.forward_context()``), with ``tuned.scaler()`` for fp16."""
         apply_checkpointing(find_blocks(model) if blocks is None else blocks, self.checkpointing)
+        if self.strategy.weights == "bf16":  # the tuned optimizer rounds its updates stochastically
+            model.to(torch.bfloat16)
         if self.offload and not getattr(model, "_autotune_offloaded", False):
             model.forward = _offloaded(model.forward, self.device_type)
             model._autotune_offloaded = True
         self.set_allocator()
         return model
+
+    def optimizer(self, params, lr: Optional[float] = None, **kwargs) -> torch.optim.Optimizer:
+        """The tuned optimizer over ``params``: the optimizer the trials trained with (best.yaml's
+        ``optimizer``), holding its state as tuned (8/4-bit, on the host, bf16 weights with
+        stochastic rounding, fused). ``lr`` and ``kwargs`` override best.yaml's."""
+        spec = replace(self.optimizer_spec, kwargs={**self.optimizer_spec.kwargs, **kwargs})
+        why_not = build_problem(self.strategy, spec)
+        if why_not:
+            raise ValueError(f"the tuned optimizer cannot be built: {why_not}")
+        return build_optimizer(params, self.strategy, spec, lr if lr is not None else (self.lr or 1e-3))
 
     def autocast(self, device_type: Optional[str] = None):
         return autocast_context(self.precision, device_type or self.device_type)
@@ -181,7 +203,7 @@ def tuned_from_dict(data, source: str = "the tuned config") -> Tuned:
     for key in ("micro_batch", "accumulation"):  # 4.7 is not 4, and "4" is not a number
         if isinstance(s.get(key), bool) or not isinstance(s.get(key), int) or s[key] < 1:
             raise bad(key, "must be a whole number >= 1")
-    for key in ("offload",):  # "false" is a string, which Python would read as true
+    for key in ("offload", "optimizer_offload"):  # "false" is a string, which Python would read as true
         if not isinstance(s.get(key, False), bool):
             raise bad(key, "must be true or false (unquoted)")
     if s.get("precision") not in ("fp32", "bf16", "fp16"):
@@ -201,10 +223,15 @@ def tuned_from_dict(data, source: str = "the tuned config") -> Tuned:
     try:
         strategy = Strategy(checkpointing=str(s["checkpointing"]), precision=s["precision"],
                             micro_batch=s["micro_batch"], accumulation=s["accumulation"],
-                            offload=s.get("offload", False), allocator=s.get("allocator", "default"))
+                            offload=s.get("offload", False), allocator=s.get("allocator", "default"),
+                            **{k: s.get(k, v) for k, v in MODEL_STATE_DEFAULTS.items()})
         checkpoint_fraction(strategy.checkpointing)
     except (KeyError, TypeError, ValueError) as e:
         raise ValueError(f"{source}: not a readable autotune best.yaml ({type(e).__name__}: {e})") from None
+    opt = data.get("optimizer") or {}
     return Tuned(strategy=strategy, device_type=(data.get("device") or {}).get("kind", "cuda"),
                  model=data.get("model") or {}, measured=data.get("measured") or {}, budget_gib=data.get("budget_gib"),
-                 memory_cap_gib=data.get("memory_cap_gib"))
+                 memory_cap_gib=data.get("memory_cap_gib"),
+                 optimizer_spec=OptimizerSpec(target=opt.get("target", "torch.optim.AdamW"),
+                                              kwargs=dict(opt.get("kwargs") or {})),
+                 lr=opt.get("lr"), numerics=data.get("numerics") or "", loss_parity=data.get("loss_parity"))

@@ -173,8 +173,9 @@ def run(spec) -> dict:
         t = time.perf_counter()
         step()
         timings["first_step_s"] = time.perf_counter() - t
+        tensors = sum(optim.tensor_bytes(v) for v in list(workload.model.parameters()) + optim.state_tensors(optimizer))
         progress.say("memory step", "memory")
-        probe.start_window()
+        probe.start_window(tensors)  # what else is resident is not counted (measure.py)
         step()
         memory = probe.end_window()
 

@@ -49,7 +49,7 @@ def test_hf_training_args_drive_a_real_trainer_run_with_full_checkpointing(tmp_p
             lambda *_: forwards.append(1)))
     ckpt = _hf_checkpointing_key()  # gradient_checkpointing, or its new name where transformers renamed it
     assert kwargs == {"per_device_train_batch_size": 2, "gradient_accumulation_steps": 4, "bf16": False,
-                      "fp16": False, ckpt: True, f"{ckpt}_kwargs": {"use_reentrant": False}}
+                      "fp16": False, ckpt: True, f"{ckpt}_kwargs": {"use_reentrant": False}, "optim": "adamw_torch"}
     assert warned == []  # everything in this config is a TrainingArguments setting
     assert result.global_step == 3 and torch.isfinite(torch.tensor(result.training_loss))
     assert trainer.args.train_batch_size * trainer.args.gradient_accumulation_steps == tuned.global_batch
@@ -104,3 +104,36 @@ def test_a_world_size_that_breaks_the_global_batch_is_refused(tmp_path):
     with pytest.raises(ValueError, match=r"world_size=2: the tuned global batch 6 is not a multiple"):
         tuned.to_hf_training_args(world_size=2)
     assert tuned.to_hf_training_args(world_size=3)["gradient_accumulation_steps"] == 1
+
+
+@pytest.mark.parametrize("strategy, optimizer, optim", [
+    ({"optimizer_state": "8bit"}, None, "adamw_torch_8bit"),
+    ({"optimizer_state": "4bit"}, None, "adamw_torch_4bit"),
+    ({"optimizer_impl": "fused"}, None, "adamw_torch_fused"),
+    ({}, {"target": "torch.optim.SGD", "kwargs": {"momentum": 0.0}, "lr": 0.01}, "sgd"),
+])
+def test_the_tuned_optimizer_maps_onto_hugging_face_optim(tmp_path, strategy, optimizer, optim):
+    path = best_yaml(tmp_path, checkpointing="none", precision="bf16", **strategy)
+    if optimizer:
+        import yaml
+
+        data = yaml.safe_load(path.read_text())
+        path.write_text(yaml.safe_dump({**data, "optimizer": optimizer}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NotExpressible)  # everything here is a TrainingArguments setting
+        kwargs = load_tuned(path).to_hf_training_args()
+    assert kwargs["optim"] == optim
+    if optimizer:
+        assert kwargs["learning_rate"] == 0.01
+
+
+def test_what_hugging_face_and_lightning_cannot_build_of_the_optimizer_is_warned_about(tmp_path):
+    tuned = load_tuned(best_yaml(tmp_path, checkpointing="none", precision="bf16", weights="bf16",
+                                 optimizer_state="8bit"))
+    with pytest.warns(NotExpressible, match=r"weights=bf16"):
+        kwargs = tuned.to_hf_training_args()
+    assert "optim" not in kwargs  # adamw_torch_8bit would train bf16 weights without stochastic rounding
+    with pytest.warns(NotExpressible, match=r"configure_optimizers must return tuned.optimizer"):
+        tuned.to_lightning()
+    optimizer = tuned.optimizer([torch.nn.Parameter(torch.zeros(512, dtype=torch.bfloat16))])
+    assert type(optimizer).__name__ == "AdamW8bit" and optimizer.bf16_stochastic_round

@@ -1,0 +1,65 @@
+"""Loss parity: how far a strategy that changes the optimizer's numbers (low-bit state, bf16
+weights) trains from the plain optimizer, over the same steps, seed and batch.
+
+Every trial trains the same seeded model on the same synthetic batch for its micro-batch,
+so two trials of one precision and micro-batch that differ only in model state start from
+the same weights and see the same data: their losses step by step differ by what the
+optimizer did. The reference is a measured trial of the plain optimizer with fp32 weights
+at that precision and micro-batch (checkpointing, offload and the allocator do not change
+the numbers), or, where none ran (it did not fit the cap), the losses of a reference run
+the driver made without the cap (``reference_losses``, ``study/parity.py``).
+"""
+from __future__ import annotations
+
+import json
+import math
+from typing import List, Optional
+
+import pandas as pd
+
+from autotune.train.optimizer import MODEL_STATE_DEFAULTS
+
+
+def losses_of(value) -> List[float]:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return []
+    return [float(x) for x in value] if isinstance(value, (list, tuple)) else []
+
+
+def relative_gap(losses: List[float], reference: List[float]) -> Optional[float]:
+    """The largest |loss - reference| / |reference| over the steps both measured."""
+    pairs = [(a, b) for a, b in zip(losses, reference) if math.isfinite(a) and math.isfinite(b) and b != 0]
+    return max(abs(a - b) / abs(b) for a, b in pairs) if pairs else None
+
+
+def changes_optimizer_numbers(row) -> bool:
+    return row.get("optimizer_state", "default") not in ("default", None) or row.get("weights") == "bf16"
+
+
+def is_plain(row) -> bool:
+    return all(row.get(k, v) in (v, None) or (isinstance(row.get(k), float) and math.isnan(row.get(k)))
+               for k, v in MODEL_STATE_DEFAULTS.items())
+
+
+def loss_parity(df: pd.DataFrame) -> pd.Series:
+    """Per trial: the relative loss gap to its plain-optimizer reference (NaN where the trial
+    does not change the optimizer's numbers, or no reference was measured)."""
+    out = pd.Series(float("nan"), index=df.index)
+    if "losses" not in df:
+        return out
+    rows = df.to_dict("index")
+    plain = {}
+    for i, r in rows.items():
+        if r.get("status") == "ok" and is_plain(r) and losses_of(r.get("losses")):
+            plain.setdefault((r["precision"], int(r["micro_batch"])), losses_of(r["losses"]))
+    for i, r in rows.items():
+        if r.get("status") != "ok" or not changes_optimizer_numbers(r):
+            continue
+        reference = plain.get((r["precision"], int(r["micro_batch"]))) or losses_of(r.get("reference_losses"))
+        gap = relative_gap(losses_of(r.get("losses")), reference) if reference else None
+        if gap is not None:
+            out[i] = gap
+    return out
