@@ -1,46 +1,43 @@
-"""Train BERT with the configuration autotune tuned, through autotune's public API.
+"""Train with the configuration autotune tuned, through autotune's public API.
 
     python -m autotune model=bert-large              # writes outputs/.../best.yaml
     python examples/train.py outputs/.../best.yaml --steps 50
 
-It builds the model that best.yaml names (transformers, random weights), applies the
-tuned checkpointing, precision, offload, allocator, micro-batch and accumulation (and the
-memory cap of a budget run), trains on synthetic batches
-and prints peak memory and samples/s measured the way the trial measured them, so the two
-can be compared.
+It builds the model that best.yaml names with the builder the trials used (transformers,
+random weights, BERT when best.yaml names none), applies the tuned checkpointing,
+precision, offload, allocator, weights, optimizer, micro-batch and accumulation (and the
+memory cap of a budget run), trains on synthetic batches and prints peak memory and
+samples/s measured the way the trial measured them, so the two can be compared.
 """
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import statistics
 import time
 
 import torch
-from transformers import BertConfig, BertForSequenceClassification
 
-from autotune import load_tuned
-
-
-def build_model(tuned, device: torch.device) -> torch.nn.Module:
-    with device:
-        return BertForSequenceClassification(BertConfig(**tuned.model["config"]))
+from autotune import Workload, load_tuned
 
 
-def make_batch(tuned, model, device: torch.device) -> dict:
-    n, seq_len = tuned.micro_batch, tuned.model.get("seq_len", 128)
-    ids = torch.randint(0, model.config.vocab_size, (n, seq_len), device=device)
-    labels = torch.randint(0, model.config.num_labels, (n,), device=device)
-    return {"input_ids": ids, "labels": labels}
+def build_workload(tuned, device: torch.device) -> Workload:
+    """The model best.yaml names, from the builder the trials used, with the same seed."""
+    module, _, name = (tuned.model.get("target") or "autotune.models.bert:build").partition(":")
+    builder = getattr(importlib.import_module(module), name)
+    torch.manual_seed(0)
+    return builder(device=str(device), seq_len=tuned.model.get("seq_len") or 128, **tuned.model.get("config", {}))
 
 
-def train(tuned, model: torch.nn.Module, device: torch.device, steps: int, warmup: int = 2) -> dict:
+def train(tuned, workload: Workload, device: torch.device, steps: int, warmup: int = 2) -> dict:
     cuda = device.type == "cuda"
+    model = workload.model
     model.train()
-    tuned.apply(model)  # activation checkpointing on the model's layers, if tuned so
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    tuned.apply(model)  # activation checkpointing on the model's layers (and bf16 weights), as tuned
+    optimizer = tuned.optimizer(model.parameters())  # the trials' optimizer, its state as tuned
     scaler = tuned.scaler(device.type)  # enabled for fp16 only
-    batch = make_batch(tuned, model, device)
+    batch = workload.make_batch(tuned.micro_batch, device)
     step_times, losses = [], []
     for step in range(steps):
         if step == warmup and cuda:
@@ -52,7 +49,7 @@ def train(tuned, model: torch.nn.Module, device: torch.device, steps: int, warmu
         total = torch.zeros((), device=device)
         for _ in range(tuned.accumulation):  # micro_batch x accumulation = the global batch
             with tuned.forward_context(device.type):  # autocast, and activation offload if tuned
-                loss = model(**batch).loss / tuned.accumulation
+                loss = workload.loss(model, batch) / tuned.accumulation
             scaler.scale(loss).backward()
             total += loss.detach().float()
         scaler.step(optimizer)
@@ -85,7 +82,7 @@ def main() -> None:
         print(f"memory capped to the tuned budget: {tuned.budget_gib:g} GiB less the CUDA context")
     print(f"tuned: {tuned.strategy.label()} (trial measured {tuned.measured.get('samples_per_s')} samples/s, "
           f"{tuned.measured.get('peak_memory_gib')} GiB)")
-    result = train(tuned, build_model(tuned, device), device, args.steps)
+    result = train(tuned, build_workload(tuned, device), device, args.steps)
     result["trial"] = tuned.measured
     print(json.dumps(result))
 

@@ -7,13 +7,12 @@ import pytest
 import torch
 import yaml
 
+from autotune.search.space import MODEL_STATE_DEFAULTS
 from autotune.trial.runner import run_trial
 from tests.conftest import run_cli, trial_env
 from tests.train.test_example import best_yaml, load_example
 
 pytestmark = pytest.mark.gpu
-from autotune.search.space import MODEL_STATE_DEFAULTS
-
 PLAIN_STATE = tuple(MODEL_STATE_DEFAULTS.values())  # the model-state part of a family
 
 
@@ -128,10 +127,11 @@ def test_example_on_cuda_with_fp16(tmp_path):
 
     tuned = load_tuned(best_yaml(tmp_path, checkpointing="full", precision="fp16", kind="cuda"))
     device = torch.device("cuda")
-    model = example.build_model(tuned, device)
+    workload = example.build_workload(tuned, device)
+    model = workload.model
     dtypes = []
     model.bert.encoder.layer[0].intermediate.dense.register_forward_hook(lambda m, i, o: dtypes.append(o.dtype))
-    out = example.train(tuned, model, device, steps=4, warmup=1)
+    out = example.train(tuned, workload, device, steps=4, warmup=1)
     assert set(dtypes) == {torch.float16}
     assert out["peak_reserved_gib"] > 0
     assert torch.isfinite(torch.tensor(out["final_loss"]))

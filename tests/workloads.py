@@ -105,3 +105,20 @@ def no_blocks(device: str, seq_len: int, width: int = 32):
         model = torch.nn.Linear(width, 1)
     return Workload(model=model, make_batch=lambda n, dev: torch.randn(n, seq_len, width, device=dev),
                     loss=lambda m, x: m(x).mean())
+
+
+class SignMomentum(torch.optim.Optimizer):
+    """A user's own optimizer (signSGD with momentum): one state buffer per parameter."""
+
+    def __init__(self, params, lr: float = 1e-3, beta: float = 0.9):
+        super().__init__(params, {"lr": lr, "beta": beta})
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                buf = self.state[p].setdefault("momentum", torch.zeros_like(p))
+                buf.mul_(group["beta"]).add_(p.grad, alpha=1 - group["beta"])
+                p.add_(buf.sign(), alpha=-group["lr"])

@@ -18,7 +18,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # examples/train.py
-from train import build_model, train  # noqa: E402
+from train import build_workload, train  # noqa: E402
 
 from autotune import tuned_from_dict  # noqa: E402
 from autotune.train.best_schema import register_tuned_schema  # noqa: E402
@@ -32,7 +32,7 @@ def main(cfg: DictConfig) -> None:
     tuned.set_allocator()  # before CUDA starts
     device = torch.device(cfg.device if cfg.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu"))
     torch.manual_seed(cfg.seed)
-    result = train(tuned, build_model(tuned, device), device, cfg.steps, warmup=min(2, cfg.steps - 1))
+    result = train(tuned, build_workload(tuned, device), device, cfg.steps, warmup=min(2, cfg.steps - 1))
     result["strategy"] = tuned.strategy.label()
     print(json.dumps(result))
 

@@ -21,12 +21,12 @@ from autotune.search.memory_model import fit_families, fit_line
 from autotune.search.space import SearchSpace
 from autotune.store.table import trials_table
 from autotune.scoring.settings import Scoring
+from autotune.search.space import MODEL_STATE_DEFAULTS
 from tests.conftest import run_cli
 from tests.test_reliability import study_trials
 
 ROI = {"memory_price_per_gib_hour": 0.025, "compute_price_per_hour": 3.5, "workload_samples": 1e7}
 CKPT = {"none": 0.0, "0.5": 0.5, "full": 1.0}
-from autotune.search.space import MODEL_STATE_DEFAULTS
 
 PLAIN_STATE = tuple(MODEL_STATE_DEFAULTS.values())  # the model-state part of a family
 

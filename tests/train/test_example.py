@@ -39,13 +39,14 @@ def test_tuned_checkpointing_and_precision_are_applied(tmp_path, checkpointing, 
     example = load_example()
     tuned = load_tuned(best_yaml(tmp_path, checkpointing=checkpointing))
     device = torch.device("cpu")
-    model = example.build_model(tuned, device)
+    workload = example.build_workload(tuned, device)
+    model = workload.model
     attention_calls, linear_dtypes = [], []
     # Inside block 0: its forward runs again in backward when the block is checkpointed.
     model.bert.encoder.layer[0].attention.register_forward_hook(lambda m, i, o: attention_calls.append(1))
     model.bert.encoder.layer[0].intermediate.dense.register_forward_hook(lambda m, i, o: linear_dtypes.append(o.dtype))
     steps = 3
-    out = example.train(tuned, model, device, steps=steps, warmup=1)
+    out = example.train(tuned, workload, device, steps=steps, warmup=1)
     micro_steps = steps * tuned.accumulation
     assert len(attention_calls) == forwards_per_micro_step * micro_steps
     assert set(linear_dtypes) == {torch.bfloat16}  # the tuned autocast dtype

@@ -60,19 +60,20 @@ def test_offload_routes_saved_tensors_through_save_on_cpu():
 def test_load_tuned_apply_checkpoints_the_same_blocks_the_trial_did(tmp_path):
     example = load_example()
     tuned = load_tuned(best_yaml(tmp_path, checkpointing="0.5", precision="fp32"))
-    model = tuned.apply(example.build_model(tuned, torch.device("cpu")))  # a fresh model
+    workload = example.build_workload(tuned, torch.device("cpu"))  # a fresh model
+    model = tuned.apply(workload.model)
     layers = model.bert.encoder.layer
     assert [getattr(b, "_autotune_checkpointed", False) for b in layers] == [True, False]
     # The trial's path on another fresh model marks the same blocks.
-    other = example.build_model(load_tuned(best_yaml(tmp_path, checkpointing="none", precision="fp32")),
-                                torch.device("cpu"))
+    other = example.build_workload(load_tuned(best_yaml(tmp_path, checkpointing="none", precision="fp32")),
+                                   torch.device("cpu")).model
     assert apply_checkpointing(find_blocks(other), "0.5") == 1
     assert [getattr(b, "_autotune_checkpointed", False) for b in other.bert.encoder.layer] == [True, False]
     # And it trains: block 0 runs its forward again in backward, block 1 does not.
     calls = {0: 0, 1: 0}
     for i in (0, 1):
         layers[i].attention.register_forward_hook(lambda m, a, o, i=i: calls.__setitem__(i, calls[i] + 1))
-    example.train(tuned, model, torch.device("cpu"), steps=2, warmup=0)
+    example.train(tuned, workload, torch.device("cpu"), steps=2, warmup=0)
     micro_steps = 2 * tuned.accumulation
     assert calls == {0: 2 * micro_steps, 1: micro_steps}
 
