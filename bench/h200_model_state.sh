@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Issue 16's GPU checks, on the device machine from the project root, after the wheel
+# install line (CONTRIBUTING.md, "GPU"; torchao's wheel added):
+#   bash bench/h200_model_state.sh search OUT SECS  # python -m autotune experiment=llama_1b_16gib
+#   bash bench/h200_model_state.sh train OUT        # examples/train.py with its best.yaml, 50 steps
+#   bash bench/h200_model_state.sh tests OUT        # pytest -m gpu
+# "search" keeps its study in gpu-resume/llama-1b.db and stops starting trials after SECS
+# (search.timeout), so that it fits one 10-minute call: the same command in the next call
+# resumes it (nothing is measured twice) until the search ends by itself.
+set -u
+export PYTHONUNBUFFERED=1
+out=$2
+case "$1" in
+  search)
+    mkdir -p gpu-resume
+    timeout $(($3 + 200)) python3 -m autotune experiment=llama_1b_16gib "search.timeout=$3" \
+      storage=sqlite:///gpu-resume/llama-1b.db "hydra.run.dir=$out/llama-1b" 2>&1 \
+      | tee "$out/llama-1b.log" | grep -v "^      \.\.\." | tail -60
+    cp gpu-resume/llama-1b.db "$out/" ;;
+  train)
+    timeout 400 python3 examples/train.py "$out/llama-1b/best.yaml" --steps 50 2>&1 | tee "$out/train-50.log" | tail -5 ;;
+  tests)
+    timeout 560 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu_model_state.py tests/test_gpu.py 2>&1 \
+      | tee "$out/pytest-gpu.log" | tail -25 ;;
+esac
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$out/gpu.txt" 2>&1
+python3 -c 'import torch, transformers, torchao; print("torch", torch.__version__, "cuda", torch.version.cuda, "transformers", transformers.__version__, "torchao", torchao.__version__)' >> "$out/gpu.txt"
