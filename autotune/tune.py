@@ -40,10 +40,8 @@ def _overridden_keys(overrides) -> frozenset:
 def dry_run_text(plan: Plan) -> str:
     """dry_run=true: what would run, as it would run (the model's sizes after any CPU
     reduction, each configuration with its skip reason), and that nothing ran."""
-    from autotune.search.space import skip_reason
-    from autotune.study.driver import grid_configs, strategy_of
+    from autotune.study.driver import device_skip, grid_configs, strategy_of
 
-    d = plan.device
     sizes = ", ".join(f"{k}={v}" for k, v in plan.model_config.items() if isinstance(v, (int, float, str, bool)))
     lines = ["dry run: nothing is measured, no study is opened or written",
              f"model {plan.model_name} ({plan.model_target}) as it will run: {sizes or 'its builder defaults'}; "
@@ -57,11 +55,14 @@ def dry_run_text(plan: Plan) -> str:
     rows = []
     for c in configs:
         strategy = strategy_of(c, plan.global_batch)
-        reason = skip_reason(strategy, d.precisions, d.unsupported, d.kind)
+        reason = device_skip(plan, c)
         rows.append(f"  {strategy.label()} " + (f"skipped: {reason}" if reason else will))
     lines.append(f"{len(configs)} configurations ({sum(1 for r in rows if 'skipped:' not in r)} runnable"
                  + ("" if plan.search == "grid" else f"; search={plan.search} measures those its bounds cannot "
                     "rule out") + "):")
+    if plan.escalate:
+        rows.append("if none of these fits the budget, the search escalates to the optimizer and model-state "
+                    "dimensions of search_space=full (search.escalate=false: it does not)")
     return "\n".join(lines + rows)
 
 
@@ -70,7 +71,7 @@ def _describe(plan: Plan) -> None:
     grid = plan.choices
     n = math.prod(len(v) for v in grid.values())
     log.info(f"device: {d.name} ({d.kind}, {d.memory_gib:.1f} GiB); budget "
-             + ", ".join(f"{b:.1f}" for b in plan.budgets) + " GiB"
+             + ", ".join(f"{b:g}" for b in plan.budgets) + " GiB"
              + (" (the device's memory)" if plan.budget_is_device_memory else "")
              + (f"; trials capped to {plan.memory_cap_gib:g} GiB" if plan.memory_cap_gib else ""))
     log.info(f"model {plan.model_name}, seq_len {plan.seq_len}, global batch {plan.global_batch}; "

@@ -67,7 +67,7 @@ class SearchSpaceConfig:
     optimizer_offload: List[bool] = field(default_factory=lambda: [False])
     weights: List[str] = field(default_factory=lambda: ["fp32"])  # fp32 | bf16
     optimizer_impl: List[str] = field(default_factory=lambda: ["default"])  # default | forloop | foreach | fused
-    path: Optional[str] = opt(None, "a space file of your own (its dimensions replace the group's; its stem names it)")
+    path: Optional[str] = opt(None, "a space file of your own (replaces the group's dimensions)")
 
 
 @dataclass
@@ -124,11 +124,10 @@ class TuneConfig:
     device: str = opt("auto", "auto (CUDA if present) | cpu | cuda | cuda:N")
     cpu_reduce: bool = opt(True, "on CPU, shrink the model as model.cpu says (printed and reported)")
     study_name: Optional[str] = opt(None, "null: model-space-budget-digest; the same command resumes it")
-    storage: Optional[str] = opt(None, "Optuna storage URL or journal:PATH (null: outputs/autotune.db); "
-                                       "AUTOTUNE_STORAGE keeps a password off the command line")
+    storage: Optional[str] = opt(None, "Optuna storage URL or journal:PATH (null: outputs/autotune.db; "
+                                       "or AUTOTUNE_STORAGE)")
     profile: bool = opt(False, "true: the best runs once more under torch.profiler (profile/)")
-    dry_run: bool = opt(False, "true: print the plan (the sizes that will run, each configuration and what is "
-                               "skipped and why, the study) and run nothing")
+    dry_run: bool = opt(False, "true: print what would run (sizes, configurations, skips and why) and run nothing")
     workers: Any = opt(1, "drivers on one study: N, or auto (one per visible GPU)")
 
 

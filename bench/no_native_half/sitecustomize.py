@@ -4,5 +4,18 @@ precisions as such a machine's would. Only the detection is changed: the timings
 CPU's fp32."""
 import torch
 
-torch.ops.mkldnn._is_mkldnn_bf16_supported = lambda: False
-torch.ops.mkldnn._is_mkldnn_fp16_supported = lambda: False
+
+class _No:
+    """An op that answers False, with the ``.default`` overload that code walking
+    ``torch.ops`` (torchao, imported by transformers) looks up on every op."""
+
+    def __call__(self, *args, **kwargs):
+        return False
+
+    @property
+    def default(self):
+        return self
+
+
+torch.ops.mkldnn._is_mkldnn_bf16_supported = _No()
+torch.ops.mkldnn._is_mkldnn_fp16_supported = _No()

@@ -80,6 +80,7 @@ def test_quantised_state_is_counted_by_its_real_bytes():
     assert [tensor_bytes(m) for m in moments] == [4096 + 4096 // 256 * 4 + 256 * 4] * 2
 
 
+@pytest.mark.e2e
 def test_low_bit_state_and_bf16_weights_lower_cpu_memory_and_keep_loss_parity(tmp_path):
     """A real grid on CPU over the dimensions that run there: static memory as the bytes say,
     the peak lower, each labelled as changing numerics, with its loss parity recorded."""
@@ -103,6 +104,7 @@ def test_low_bit_state_and_bf16_weights_lower_cpu_memory_and_keep_loss_parity(tm
     assert pd.isna(plain["loss_parity"])
 
 
+@pytest.mark.e2e
 def test_nothing_fits_on_the_activation_side_so_the_search_escalates(tmp_path):
     space = tmp_path / "space.yaml"
     space.write_text("checkpointing: [none, full]\nprecision: [bf16]\nmicro_batch: {min: 4, max: 4}\n")
