@@ -171,7 +171,7 @@ def tune(cfg: DictConfig, run_dir: Path, overrides=(), hydra_overrides=()) -> in
             "memory_cap_gib": plan.memory_cap_gib, "objective": plan.objective,
             "torch": torch.__version__ + (f", CUDA {torch.version.cuda}" if torch.version.cuda else ""),
             "command": command, "reductions": plan.reductions, **environment(plan.device),
-            "search_end": study.user_attrs.get(SEARCH_END_ATTR)}
+            "search_end": study.user_attrs.get(SEARCH_END_ATTR), "escalated": study.user_attrs.get("escalated")}
     try:
         return _write_outputs(plan, study, run_dir, storage, meta, command, interrupted)
     except (StorageError, OSError) as e:  # a full disk, a folder made read-only meanwhile

@@ -30,11 +30,12 @@ from autotune.train.strategy import checkpoint_fraction, checkpoint_label  # noq
 from autotune.system.safe_write import replacing, write_text  # noqa: E402
 from autotune.store.storage import redact  # noqa: E402
 from autotune.store.table import MEMORY_AGREEMENT  # noqa: E402
+from autotune.train.optimizer import MODEL_STATE_DEFAULTS  # noqa: E402
 
 TABLE_COLUMNS = ["number", "status", "checkpointing", "precision", "micro_batch", "accumulation", "offload",
-                 "allocator", "peak_memory_gib", "device_peak_gib", "peak_allocated_gib", "fragmentation_gib",
+                 "allocator", "optimizer_state", "optimizer_offload", "weights", "optimizer_impl", "peak_memory_gib", "device_peak_gib", "peak_allocated_gib", "fragmentation_gib",
                  "num_alloc_retries", "samples_per_s", "time_spread", "noisy", "contended", "samples_per_s_runs", "peak_memory_gib_runs", "roi",
-                 "fits_budget", "on_pareto", "cause"]
+                 "fits_budget", "on_pareto", "numerics", "loss_parity", "cause"]
 
 
 def pareto_figure(scored: pd.DataFrame, best: Optional[int], budgets: List[float], baseline: Baseline,
@@ -244,12 +245,20 @@ def write_report(run_dir: Path, scored: pd.DataFrame, best: Optional[int], basel
         best_html = (f"<p class='best'>Best by <b>{esc(meta['objective'])}</b>: checkpointing <b>{esc(b['checkpointing'])}</b>, "
                      f"precision <b>{esc(b['precision'])}</b>, micro_batch <b>{int(b['micro_batch'])}</b> x accumulation "
                      f"<b>{int(b['accumulation'])}</b> - peak {b['peak_memory_gib']:.2f} GiB, {b['samples_per_s']:.1f} samples/s"
-                     + (f", ROI {b['roi']:.2f}" if pd.notna(b.get("roi")) else "") + "</p>"
+                     + (f", ROI {b['roi']:.2f}" if pd.notna(b.get("roi")) else "")
+                     + "".join(f", {k} <b>{esc(str(b.get(k)).lower())}</b>" for k, v in MODEL_STATE_DEFAULTS.items()
+                               if k in b and b.get(k) != v) + "</p>"
+                     + (f"<p class='numerics'><b>Changes training numerics</b>: {esc(b['numerics'])}; loss parity: "
+                        + ("not measured" if pd.isna(b.get("loss_parity")) else
+                           f"losses within {b['loss_parity']:.2%} of the plain optimizer's over the same steps, seed "
+                           "and batch") + ".</p>" if isinstance(b.get("numerics"), str) and b.get("numerics") else "")
                      + (f"<p class='why'>Why: {esc(meta['why'])}.</p>" if meta.get("why") else ""))
     if meta.get("change"):
         best_html += f"<p class='change'><b>Changed since the last run</b>: {esc(meta['change'])}</p>"
     best_html += "".join(f"<p class='unavailable'><b>Unavailable on this device</b> (skipped, never run): "
                          f"{esc(u)}.</p>" for u in unavailable(scored))
+    if meta.get("escalated"):
+        best_html += f"<p class='escalated'><b>Escalated</b>: {esc(meta['escalated'])}.</p>"
     if meta.get("search_end"):
         best_html += f"<p class='search-end'><b>Search</b>: {esc(meta['search_end'])}.</p>"
     notes = [f"Baseline (none / fp32 / micro_batch = global batch): {esc(baseline.note)}."]

@@ -125,3 +125,5 @@ def test_nothing_fits_on_the_activation_side_so_the_search_escalates(tmp_path):
     assert best["numerics"] and best["measured"]["peak_memory_gib"] <= 0.1
     assert best["loss_parity"] is not None and best["loss_parity"] < 0.05
     assert "changes training numerics" in text
+    report = (tmp_path / "run" / "report.html").read_text()
+    assert "<b>Escalated</b>: nothing fit budget_gib=0.1" in report and "<b>Changes training numerics</b>" in report
