@@ -106,6 +106,13 @@ def write_profile(prof, out: Path, device_type: str) -> None:
     (out / "top_ops.txt").write_text(prof.key_averages().table(sort_by=key, row_limit=30))
 
 
+def batch_tensors(batch) -> list:
+    if isinstance(batch, torch.Tensor):
+        return [batch]
+    values = batch.values() if isinstance(batch, dict) else batch
+    return [v for v in values if isinstance(v, torch.Tensor)]
+
+
 def batch_device(batch):
     if isinstance(batch, torch.Tensor):
         return batch.device
@@ -173,7 +180,8 @@ def run(spec) -> dict:
         t = time.perf_counter()
         step()
         timings["first_step_s"] = time.perf_counter() - t
-        tensors = sum(optim.tensor_bytes(v) for v in list(workload.model.parameters()) + optim.state_tensors(optimizer))
+        tensors = sum(optim.tensor_bytes(v) for v in [*workload.model.parameters(), *workload.model.buffers(),
+                                                       *optim.state_tensors(optimizer), *batch_tensors(batch)])
         progress.say("memory step", "memory")
         probe.start_window(tensors)  # what else is resident is not counted (measure.py)
         step()
