@@ -104,7 +104,7 @@ def test_several_budgets_get_a_best_config_each_from_the_same_trials(tmp_path):
     space.write_text("checkpointing: [none, full]\nprecision: [fp32]\nmicro_batch: {min: 8, max: 8}\n")
     run_dir = tmp_path / "run"
     out = run_cli(run_dir, "model=tiny", "device=cpu", "search=grid", "global_batch=8", "seq_len=16", "trial.warmup_steps=1",
-                  "trial.measure_steps=2", "trial.repeats=0", f"search_space.path={space}", "budget_gib=[1,0.0001]")
+                  "trial.measure_steps=2", "trial.repeats=0", f"search_space.path={space}", "budget_gib=[1,0.0001]", "search.escalate=false")
     assert out.returncode == 0, out.stdout + out.stderr
     trials = pd.read_csv(run_dir / "trials.csv")
     assert len(trials) == 2  # measured once, judged against both budgets

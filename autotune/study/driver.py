@@ -323,7 +323,11 @@ def escalation(study: optuna.Study, plan: Plan, on_trial) -> Optional[Plan]:
     table = trials_table(study)
     if table.empty:
         return None
-    short = [b for b in plan.budgets if not score(table, plan.global_batch, b, plan.roi)[0]["fits_budget"].any()]
+    # Only memory is a reason: a trial ran out of it, or ran and needed more than a budget
+    # (trials that all crashed or erred say nothing about what would fit).
+    memory_bound = (table["status"] == "oom").any() or (table["status"] == "ok").any()
+    short = [b for b in plan.budgets if memory_bound
+             and not score(table, plan.global_batch, b, plan.roi)[0]["fits_budget"].any()]
     if not short and "escalated" not in study.user_attrs:  # a resumed run goes on where it escalated
         return None
     full = load_space({"path": str(SHIPPED_DIR / "full.yaml")}, problems := [])
