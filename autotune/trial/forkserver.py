@@ -37,6 +37,7 @@ import sys
 import time
 import traceback
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
 
 from autotune.trial.runner import die_with_parent
@@ -52,9 +53,37 @@ def preload(target: str | None) -> None:
 
     from autotune.trial.run import preload as preload_trial
 
-    preload_trial(target)
+    with capability_from_nvml(torch):
+        preload_trial(target)
     if torch.cuda.is_initialized():
         raise RuntimeError(f"importing {target} initialised CUDA; a forked trial could not use CUDA")
+
+
+@contextmanager
+def capability_from_nvml(torch):
+    """While the builder's module imports, ``torch.cuda.get_device_capability`` answers from
+    NVML. transformers imports torchao whenever it is installed, and torchao asks for the
+    compute capability at import (whether to register kernels of sm100 cards); torch answers
+    that by starting CUDA, which the server must not. NVML tells the same capability without
+    a CUDA context. Anything else that starts CUDA still fails below, with the module named."""
+    from autotune.train.device import nvml_handle
+
+    asked = torch.cuda.get_device_capability
+
+    def capability(device=None):
+        index = device if isinstance(device, int) else 0 if device is None else None
+        handle = nvml_handle(index) if index is not None and not os.environ.get("CUDA_VISIBLE_DEVICES") else None
+        if handle is None:  # a device given by name, a remapped one, or no NVML: torch's own answer
+            return asked(device)
+        import pynvml
+
+        return tuple(pynvml.nvmlDeviceGetCudaComputeCapability(handle))
+
+    torch.cuda.get_device_capability = capability
+    try:
+        yield
+    finally:
+        torch.cuda.get_device_capability = asked
 
 
 def _child(spec_path: Path, control_fd: int) -> None:

@@ -3,6 +3,7 @@ pre-imported server, each a fresh process. Real processes on CPU; the same again
 processes on CUDA is in tests/test_gpu.py."""
 import os
 import subprocess
+import sys
 
 import pytest
 
@@ -116,3 +117,24 @@ def test_a_server_that_cannot_start_is_one_clear_error(tmp_path):
     finally:
         forks.close()
     assert forks.servers == {}
+
+
+def test_the_capability_a_library_asks_for_at_import_comes_from_nvml_not_cuda(monkeypatch):
+    # torchao (imported by transformers) asks for the compute capability at import; in the
+    # server that must not start CUDA, so NVML answers while the builder's module imports.
+    import types
+
+    import torch
+
+    from autotune.trial.forkserver import capability_from_nvml
+
+    fake = types.SimpleNamespace(nvmlInit=lambda: None, nvmlDeviceGetHandleByIndex=lambda i: ("gpu", i),
+                                 nvmlDeviceGetCudaComputeCapability=lambda h: (10, 0) if h == ("gpu", 0) else None)
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    asked = torch.cuda.get_device_capability
+    with capability_from_nvml(torch):
+        assert torch.cuda.get_device_capability() == (10, 0)
+        assert torch.cuda.get_device_capability(0) == (10, 0)
+        assert not torch.cuda.is_initialized()
+    assert torch.cuda.get_device_capability is asked
