@@ -4,6 +4,7 @@
 #   bash bench/h200_model_state.sh search OUT SECS  # python -m autotune experiment=llama_1b_16gib
 #   bash bench/h200_model_state.sh train OUT        # examples/train.py with its best.yaml, 50 steps
 #   bash bench/h200_model_state.sh tests OUT        # pytest -m gpu
+#   bash bench/h200_model_state.sh bert OUT SECS    # experiment=bert_large_16gib_state (acceptance 2)
 #   bash bench/h200_model_state.sh all OUT SECS     # search (SECS), then train and tests if it ended
 # "search" keeps its study in gpu-resume/llama-1b.db and stops starting trials after SECS
 # (search.timeout), so that it fits one 10-minute call: the same command in the next call
@@ -23,6 +24,12 @@ case "$1" in
   tests)
     timeout ${3:-560} python3 -m pytest -m gpu -q -p no:cacheprovider ${4:-tests/test_gpu_model_state.py tests/test_gpu.py} 2>&1 \
       | tee "$out/pytest-gpu.log" | tail -25 ;;
+  bert)
+    mkdir -p gpu-resume
+    timeout $(($3 + 150)) python3 -m autotune experiment=bert_large_16gib_state "search.timeout=$3" \
+      storage=sqlite:///gpu-resume/bert-large.db "hydra.run.dir=$out/bert-large" 2>&1 \
+      | tee "$out/bert-large.log" | grep -v "^      \.\.\." | tail -40
+    cp gpu-resume/bert-large.db "$out/" ;;
   all)
     bash "$0" search "$out" "$3"
     # the escalated phase's own end line is the last one
