@@ -17,7 +17,7 @@ from typing import List, Optional
 
 import pandas as pd
 
-from autotune.train.optimizer import MODEL_STATE_DEFAULTS
+from autotune.train.optimizer import MODEL_STATE_DEFAULTS, state_value
 
 
 def losses_of(value) -> List[float]:
@@ -40,8 +40,7 @@ def changes_optimizer_numbers(row) -> bool:
 
 
 def is_plain(row) -> bool:
-    return all(row.get(k, v) in (v, None) or (isinstance(row.get(k), float) and math.isnan(row.get(k)))
-               for k, v in MODEL_STATE_DEFAULTS.items())
+    return all(state_value(k, row.get(k)) == v for k, v in MODEL_STATE_DEFAULTS.items())
 
 
 def loss_parity(df: pd.DataFrame) -> pd.Series:

@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from autotune.scoring.parity import loss_parity
+from autotune.train.optimizer import state_value
 from autotune.scoring.pareto import pareto_mask
 from autotune.train.strategy import checkpoint_fraction
 from autotune.train.optimizer import MODEL_STATE_DEFAULTS
@@ -54,7 +55,7 @@ def _is_baseline_strategy(trials: pd.DataFrame) -> pd.Series:
     plain_state = pd.Series(True, index=trials.index)
     for col, default in MODEL_STATE_DEFAULTS.items():  # the plain optimizer, fp32 weights
         if col in trials:
-            plain_state &= trials[col].map(lambda v, d=default: v == d or v is None or (isinstance(v, float) and v != v))
+            plain_state &= trials[col].map(lambda v, c=col, d=default: state_value(c, v) == d)
     return ckpt & (trials["precision"] == "fp32") & ~pd.Series(off, index=trials.index) & (
         pd.Series(alloc, index=trials.index) == "default") & plain_state
 
@@ -92,7 +93,7 @@ def with_model_state(trials: pd.DataFrame) -> pd.DataFrame:
     df = trials.copy()
     for col, default in MODEL_STATE_DEFAULTS.items():
         if col in df.columns:
-            df[col] = [default if v is None or (isinstance(v, float) and v != v) else v for v in df[col]]
+            df[col] = [state_value(col, v) for v in df[col]]
     return df
 
 

@@ -65,6 +65,7 @@ from autotune.search.memory_model import Line, fit_families
 from autotune.train.strategy import checkpoint_fraction
 from autotune.scoring.settings import Scoring
 from autotune.search.space import MODEL_STATE_DEFAULTS
+from autotune.train.optimizer import missing
 
 FAMILY_KEYS = ("checkpointing", "precision", "offload", "allocator", *MODEL_STATE_DEFAULTS)
 DEFAULTS = {"offload": False, "allocator": "default", **MODEL_STATE_DEFAULTS}
@@ -80,7 +81,7 @@ def family_of(params) -> tuple:
 
 
 def _norm(key, value):
-    if value is None or (isinstance(value, float) and math.isnan(value)):  # a table row without the key
+    if missing(value):  # a table row without the key
         value = DEFAULTS[key]
     if key == "checkpointing":
         return checkpoint_fraction(value)

@@ -39,6 +39,19 @@ import torch
 # The model-state dimensions and their defaults (the strategy as it was before they existed).
 MODEL_STATE_DEFAULTS = {"optimizer_state": "default", "optimizer_offload": False, "weights": "fp32",
                         "optimizer_impl": "default"}
+
+
+def missing(value) -> bool:
+    """A table cell of a trial that has no value for a key (None or NaN)."""
+    return value is None or (isinstance(value, float) and value != value)
+
+
+def state_value(key: str, value):
+    """A model-state dimension's value, its default where a trial has none (one of an
+    activation-only space, or measured before escalation)."""
+    return MODEL_STATE_DEFAULTS[key] if missing(value) else value
+
+
 OPTIMIZER_STATES = ("default", "8bit", "4bit")
 WEIGHTS = ("fp32", "bf16")
 OPTIMIZER_IMPLS = ("default", "forloop", "foreach", "fused")
