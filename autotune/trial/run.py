@@ -114,10 +114,7 @@ def batch_tensors(batch) -> list:
 
 
 def batch_device(batch):
-    if isinstance(batch, torch.Tensor):
-        return batch.device
-    values = batch.values() if isinstance(batch, dict) else batch
-    return next(v.device for v in values if isinstance(v, torch.Tensor))
+    return batch_tensors(batch)[0].device
 
 
 def run(spec) -> dict:
