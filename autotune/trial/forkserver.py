@@ -37,10 +37,15 @@ import sys
 import time
 import traceback
 import warnings
-from contextlib import contextmanager
 from pathlib import Path
 
 from autotune.trial.runner import die_with_parent
+
+
+class CudaStarted(RuntimeError):
+    """The builder's import started CUDA. With torchao installed, transformers' import does:
+    torchao asks ``torch.utils._triton.has_triton()`` at import, which reads the device's
+    properties through a CUDA context (seen on the H100 and H200)."""
 
 
 def preload(target: str | None) -> None:
@@ -53,37 +58,9 @@ def preload(target: str | None) -> None:
 
     from autotune.trial.run import preload as preload_trial
 
-    with capability_from_nvml(torch):
-        preload_trial(target)
+    preload_trial(target)
     if torch.cuda.is_initialized():
-        raise RuntimeError(f"importing {target} initialised CUDA; a forked trial could not use CUDA")
-
-
-@contextmanager
-def capability_from_nvml(torch):
-    """While the builder's module imports, ``torch.cuda.get_device_capability`` answers from
-    NVML. transformers imports torchao whenever it is installed, and torchao asks for the
-    compute capability at import (whether to register kernels of sm100 cards); torch answers
-    that by starting CUDA, which the server must not. NVML tells the same capability without
-    a CUDA context. Anything else that starts CUDA still fails below, with the module named."""
-    from autotune.train.device import nvml_handle
-
-    asked = torch.cuda.get_device_capability
-
-    def capability(device=None):
-        index = device if isinstance(device, int) else 0 if device is None else None
-        handle = nvml_handle(index) if index is not None and not os.environ.get("CUDA_VISIBLE_DEVICES") else None
-        if handle is None:  # a device given by name, a remapped one, or no NVML: torch's own answer
-            return asked(device)
-        import pynvml
-
-        return tuple(pynvml.nvmlDeviceGetCudaComputeCapability(handle))
-
-    torch.cuda.get_device_capability = capability
-    try:
-        yield
-    finally:
-        torch.cuda.get_device_capability = asked
+        raise CudaStarted(f"importing {target} started CUDA, which a forked child could not use")
 
 
 def _child(spec_path: Path, control_fd: int) -> None:
@@ -145,7 +122,11 @@ def main(argv=None) -> int:
     control = os.fdopen(control_fd, "w", buffering=1)
     os.dup2(2, 1)  # the server's own prints go to its log, never onto the control channel
     start = time.perf_counter()
-    preload(target)
+    try:
+        preload(target)
+    except CudaStarted as e:  # the driver runs every trial in a fresh interpreter instead
+        control.write(f"unforkable {e}\n")
+        return 0
     control.write(f"ready {time.perf_counter() - start:.3f}\n")
     serve(control, control_fd)
     return 0

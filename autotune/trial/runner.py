@@ -126,8 +126,9 @@ class ForkServer:
     def __init__(self, preload: Optional[str] = None) -> None:
         self.preload = preload
         self.servers: dict = {}  # frozen environment -> Popen
+        self.fresh_reason: Optional[str] = None  # why the server could not fork trials, once it said so
 
-    def _server(self, env: Optional[dict], log_dir: Path) -> subprocess.Popen:
+    def _server(self, env: Optional[dict], log_dir: Path) -> Optional[subprocess.Popen]:
         key = frozenset((env or {}).items())
         proc = self.servers.get(key)
         if proc is not None and proc.poll() is None:
@@ -139,6 +140,12 @@ class ForkServer:
             proc = _start(argv, env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, bufsize=0)
         self.servers[key] = proc
         line = _read_line(proc, self.READY_TIMEOUT_S)
+        if line.startswith("unforkable "):
+            self._stop(key)
+            self.fresh_reason = line[len("unforkable "):].strip()
+            print(f"trial.isolation=fork cannot run here: {self.fresh_reason}; every trial runs in a fresh "
+                  "interpreter instead (as trial.isolation=fresh, some seconds more each)", flush=True)
+            return None
         if not line.startswith("ready"):
             self._stop(key)
             raise ForkServerError(f"the trial fork server did not start (it said {line!r}); see "
@@ -148,7 +155,9 @@ class ForkServer:
     def __call__(self, spec: dict, trial_dir: Path, timeout_s: float, env: dict | None = None) -> dict:
         launched = time.time()  # a server started for this trial: its start-up is this trial's
         start = time.perf_counter()
-        proc = self._server(env, trial_dir.parent)
+        proc = None if self.fresh_reason else self._server(env, trial_dir.parent)
+        if proc is None:
+            return run_trial(spec, trial_dir, timeout_s, env=env)
         spec_path, result_path, log_path = _prepare(spec, trial_dir, launched)
         pid, returncode, timed_out = None, None, False
         try:

@@ -3,7 +3,6 @@ pre-imported server, each a fresh process. Real processes on CPU; the same again
 processes on CUDA is in tests/test_gpu.py."""
 import os
 import subprocess
-import sys
 
 import pytest
 
@@ -119,22 +118,16 @@ def test_a_server_that_cannot_start_is_one_clear_error(tmp_path):
     assert forks.servers == {}
 
 
-def test_the_capability_a_library_asks_for_at_import_comes_from_nvml_not_cuda(monkeypatch):
-    # torchao (imported by transformers) asks for the compute capability at import; in the
-    # server that must not start CUDA, so NVML answers while the builder's module imports.
-    import types
 
-    import torch
-
-    from autotune.trial.forkserver import capability_from_nvml
-
-    fake = types.SimpleNamespace(nvmlInit=lambda: None, nvmlDeviceGetHandleByIndex=lambda i: ("gpu", i),
-                                 nvmlDeviceGetCudaComputeCapability=lambda h: (10, 0) if h == ("gpu", 0) else None)
-    monkeypatch.setitem(sys.modules, "pynvml", fake)
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    asked = torch.cuda.get_device_capability
-    with capability_from_nvml(torch):
-        assert torch.cuda.get_device_capability() == (10, 0)
-        assert torch.cuda.get_device_capability(0) == (10, 0)
-        assert not torch.cuda.is_initialized()
-    assert torch.cuda.get_device_capability is asked
+def test_a_builder_whose_import_starts_cuda_runs_each_trial_fresh_instead(tmp_path, capsys):
+    # With torchao installed, transformers' import starts CUDA on a GPU machine; the server
+    # cannot fork such trials, so each runs in a fresh interpreter, measured all the same.
+    forks = ForkServer("tests.starts_cuda_on_import:build")
+    try:
+        results = [forks(spec(), tmp_path / name, 120, env=trial_env()) for name in ("a", "b")]
+    finally:
+        forks.close()
+    assert forks.fresh_reason and "started CUDA" in forks.fresh_reason
+    assert capsys.readouterr().out.count("trial.isolation=fork cannot run here") == 1
+    assert [r["status"] for r in results] == ["ok", "ok"] and results[0]["pid"] != results[1]["pid"]
+    assert forks.servers == {}
