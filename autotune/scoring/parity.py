@@ -30,13 +30,19 @@ def losses_of(value) -> List[float]:
 
 
 def relative_gap(losses: List[float], reference: List[float]) -> Optional[float]:
-    """The largest |loss - reference| / |reference| over the steps both measured."""
-    pairs = [(a, b) for a, b in zip(losses, reference) if math.isfinite(a) and math.isfinite(b) and b != 0]
-    return max(abs(a - b) / abs(b) for a, b in pairs) if pairs else None
+    """The largest |loss - reference| over the steps both measured, as a fraction of the
+    reference's first loss. Not of each step's own reference loss: a trial trains on one
+    batch, so the losses fall towards zero, and a gap relative to a vanishing loss measures
+    nothing (4-bit AdamW on a 1.1B Llama, H100: 0.041 against 0.022 at step 10, "87 %", on
+    curves that were 0.7 % apart of the start at any step)."""
+    pairs = [(a, b) for a, b in zip(losses, reference) if math.isfinite(a) and math.isfinite(b)]
+    if not pairs or not reference or not math.isfinite(reference[0]) or reference[0] == 0:
+        return None
+    return max(abs(a - b) for a, b in pairs) / abs(reference[0])
 
 
 def changes_optimizer_numbers(row) -> bool:
-    return row.get("optimizer_state", "default") not in ("default", None) or row.get("weights") == "bf16"
+    return state_value("optimizer_state", row.get("optimizer_state")) != "default" or row.get("weights") == "bf16"
 
 
 def is_plain(row) -> bool:
@@ -44,7 +50,7 @@ def is_plain(row) -> bool:
 
 
 def loss_parity(df: pd.DataFrame) -> pd.Series:
-    """Per trial: the relative loss gap to its plain-optimizer reference (NaN where the trial
+    """Per trial: the loss gap to its plain-optimizer reference (``relative_gap``; NaN where the trial
     does not change the optimizer's numbers, or no reference was measured)."""
     out = pd.Series(float("nan"), index=df.index)
     if "losses" not in df:
