@@ -37,15 +37,37 @@ import sys
 import time
 import traceback
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
 
 from autotune.trial.runner import die_with_parent
 
 
+@contextmanager
+def unimportable(module: str):
+    """``module`` absent while the block runs, importable again after it.
+
+    With torchao installed, transformers imports it with any model (its quantizers), and
+    torchao's import asks ``torch.utils._triton.has_triton()``, which reads the device's
+    properties and so starts CUDA (seen on the H100; ``docs/gpu-runs/model-state-h100-2026-12-06``).
+    ``sys.modules[module] = None`` makes ``importlib.util.find_spec`` answer None, so
+    transformers takes torchao for absent and skips it; a trial that needs torchao's
+    optimizers imports it in its own child (0.5 s on a 2-core CPU), after its CUDA started.
+    A builder that itself imports torchao fails here and is imported again by its trial."""
+    if module in sys.modules:  # already imported (by whoever started the server): nothing to hide
+        yield
+        return
+    sys.modules[module] = None
+    try:
+        yield
+    finally:
+        if sys.modules.get(module, 0) is None:
+            del sys.modules[module]
+
+
 class CudaStarted(RuntimeError):
-    """The builder's import started CUDA. With torchao installed, transformers' import does:
-    torchao asks ``torch.utils._triton.has_triton()`` at import, which reads the device's
-    properties through a CUDA context (seen on the H100 and H200)."""
+    """The builder's import started CUDA (as transformers' did through torchao before
+    ``unimportable``); every trial then runs in a fresh interpreter instead."""
 
 
 def preload(target: str | None) -> None:
@@ -58,7 +80,8 @@ def preload(target: str | None) -> None:
 
     from autotune.trial.run import preload as preload_trial
 
-    preload_trial(target)
+    with unimportable("torchao"):
+        preload_trial(target)
     if torch.cuda.is_initialized():
         raise CudaStarted(f"importing {target} started CUDA, which a forked child could not use")
 

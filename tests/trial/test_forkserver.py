@@ -3,6 +3,7 @@ pre-imported server, each a fresh process. Real processes on CPU; the same again
 processes on CUDA is in tests/test_gpu.py."""
 import os
 import subprocess
+import sys
 
 import pytest
 
@@ -131,3 +132,20 @@ def test_a_builder_whose_import_starts_cuda_runs_each_trial_fresh_instead(tmp_pa
     assert capsys.readouterr().out.count("trial.isolation=fork cannot run here") == 1
     assert [r["status"] for r in results] == ["ok", "ok"] and results[0]["pid"] != results[1]["pid"]
     assert forks.servers == {}
+
+
+def test_the_server_imports_a_transformers_model_without_torchao_and_a_child_can_import_it():
+    # On a GPU machine torchao's import starts CUDA (it probes triton); transformers imports it
+    # with any model unless it looks absent. A fresh interpreter: this one may hold torchao.
+    code = ("import sys\n"
+            "from autotune.trial.forkserver import unimportable\n"
+            "from autotune.trial.run import preload\n"
+            "with unimportable('torchao'):\n"
+            "    preload('autotune.models.llama:build')\n"
+            "assert 'transformers.models.llama.modeling_llama' in sys.modules\n"
+            "assert 'torchao' not in sys.modules\n"
+            "import torchao.optim\n"
+            "print('child imports', torchao.optim.AdamW8bit.__name__)\n")
+    out = subprocess.run([sys.executable, "-c", code], env=trial_env(), capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "child imports AdamW8bit" in out.stdout
