@@ -111,9 +111,9 @@ def combination_problem(strategy) -> Optional[str]:
 
 def unsupported(strategy, spec: OptimizerSpec, custom_factory: bool = False) -> Optional[str]:
     """Why ``strategy``'s model-state dimensions cannot apply to this optimizer, or None."""
-    state, weights, impl = strategy.optimizer_state, strategy.weights, strategy.optimizer_impl
-    if state == "default" and weights == "fp32" and impl == "default" and not strategy.optimizer_offload:
+    if strategy.model_state == tuple(MODEL_STATE_DEFAULTS.values()):
         return None
+    state, weights, impl = strategy.optimizer_state, strategy.weights, strategy.optimizer_impl
     problem = combination_problem(strategy)
     if problem:
         return problem
