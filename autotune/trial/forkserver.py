@@ -53,7 +53,9 @@ def unimportable(module: str):
     ``sys.modules[module] = None`` makes ``importlib.util.find_spec`` answer None, so
     transformers takes torchao for absent and skips it; a trial that needs torchao's
     optimizers imports it in its own child (0.5 s on a 2-core CPU), after its CUDA started.
-    A builder that itself imports torchao fails here and is imported again by its trial."""
+    A builder that itself imports torchao fails here and is imported again by its trial; a
+    model quantised through transformers' torchao integration would find it missing in a
+    forked trial (trial.isolation=fresh serves that case)."""
     if module in sys.modules:  # already imported (by whoever started the server): nothing to hide
         yield
         return
