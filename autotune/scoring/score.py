@@ -20,10 +20,9 @@ import numpy as np
 import pandas as pd
 
 from autotune.scoring.parity import loss_parity
-from autotune.train.optimizer import state_value
 from autotune.scoring.pareto import pareto_mask
 from autotune.train.strategy import checkpoint_fraction
-from autotune.train.optimizer import MODEL_STATE_DEFAULTS
+from autotune.train.optimizer import MODEL_STATE_DEFAULTS, state_value
 
 OBJECTIVES = ("roi", "throughput")
 NOISY_SPREAD = 0.10  # IQR/median above this flags a timing as noisy (torch.utils.benchmark's warning level)
