@@ -129,11 +129,13 @@ class Stopping:
         return self.reason is not None
 
 
-def trials_run(study: optuna.Study) -> int:
-    """Trials a process ran for the search: not skipped or pruned, not duplicates, not repeats."""
+def trials_run(study: optuna.Study, configs: Optional[list] = None) -> int:
+    """Trials a process ran for the search: not skipped or pruned, not duplicates, not repeats;
+    only those of ``configs`` where given (a resumed escalated study holds the wider space's too)."""
     return sum(1 for t in study.get_trials(deepcopy=False)
                if t.state.is_finished() and not is_duplicate(t) and not t.user_attrs.get("repeat")
-               and t.user_attrs.get("status") not in ("skipped", "pruned", "interrupted"))
+               and t.user_attrs.get("status") not in ("skipped", "pruned", "interrupted")
+               and (configs is None or t.params in configs))
 
 
 def measure_queue(study: optuna.Study, plan: Plan, run_dir: Path, search=None, stopping: Optional[Stopping] = None,
@@ -295,14 +297,14 @@ def run_study(plan: Plan, run_dir: Path, storage: str, on_trial: Callable[[str],
                  f"configuration(s), {len(retried)} retried")
     forks = ForkServer(plan.model_target) if plan.isolation == "fork" and runner is run_trial else None
     try:
-        _search_and_confirm(study, plan, run_dir, search, on_trial, forks or runner, len(configs))
+        _search_and_confirm(study, plan, run_dir, search, on_trial, forks or runner, configs)
         wider = escalation(study, plan, on_trial)
         if wider is not None:
             configs = grid_configs(wider)
             search = make_search(plan.search, configs, [c for c in configs if not device_skip(wider, c)],
                                  wider.choices, wider)
             search.start(study)
-            _search_and_confirm(study, wider, run_dir, search, on_trial, forks or runner, len(configs))
+            _search_and_confirm(study, wider, run_dir, search, on_trial, forks or runner, configs)
         run_references(study, plan, run_dir, forks or runner, on_trial, strategy_of, trial_spec)
     finally:
         if forks is not None:
@@ -349,7 +351,8 @@ def escalation(study: optuna.Study, plan: Plan, on_trial) -> Optional[Plan]:
     return wider
 
 
-def _search_and_confirm(study, plan: Plan, run_dir: Path, search, on_trial, runner, n_configs: int) -> None:
+def _search_and_confirm(study, plan: Plan, run_dir: Path, search, on_trial, runner, configs: list) -> None:
+    n_configs = len(configs)
     stopping = Stopping(plan.n_trials, plan.search_timeout_s)
     measure_queue(study, plan, run_dir, search, stopping, on_trial, runner,
                   of=None if plan.search == "grid" else n_configs)
@@ -359,10 +362,10 @@ def _search_and_confirm(study, plan: Plan, run_dir: Path, search, on_trial, runn
     elif plan.search == "auto":
         front = (f" or add a Pareto-front point {plan.front_resolution:.0%} apart in memory (search.front_resolution)"
                  if plan.front_resolution > 0 else "")
-        end = (f"search 'auto' ended: {trials_run(study)} of {n_configs} configurations run; by their bounds, none "
+        end = (f"search 'auto' ended: {trials_run(study, configs)} of {n_configs} configurations run; by their bounds, none "
                f"left could beat the best by more than its measured spread{front}")
     elif plan.search != "grid":
-        end = f"search '{plan.search}' ended: {trials_run(study)} of {n_configs} configurations run"
+        end = f"search '{plan.search}' ended: {trials_run(study, configs)} of {n_configs} configurations run"
     if end:
         on_trial(end)
         study.set_user_attr(SEARCH_END_ATTR, end)  # the report says it too

@@ -127,3 +127,9 @@ def test_nothing_fits_on_the_activation_side_so_the_search_escalates(tmp_path):
     assert "changes training numerics" in text
     report = (tmp_path / "run" / "report.html").read_text()
     assert "<b>Escalated</b>: nothing fit budget_gib=0.1" in report and "<b>Changes training numerics</b>" in report
+    # Resumed, the activation-side phase counts its own configurations, not the wider space's.
+    again = run_cli(tmp_path / "run2", *MLP[:5], "seq_len=4", f"search_space.path={space}", "budget_gib=0.1",
+                    "objective=throughput", "trial.repeats=0", "trial.measure_steps=3", timeout=1500)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "search 'auto' ended: 2 of 2 configurations run" in again.stdout, again.stdout
+    assert "resuming the escalated search" in again.stdout
