@@ -150,7 +150,10 @@ def measure_queue(study: optuna.Study, plan: Plan, run_dir: Path, search=None, s
     choices = plan.choices
     waiting_said = False
     while True:
-        trial = None if stopping is not None and stopping.reached(study) else search.next_trial(study)
+        stop = stopping is not None and stopping.reached(study)
+        if stop and hasattr(search, "left") and search.left(study) == 0:
+            stopping.reason, stop = None, False  # the limit came as the search ran out: it ended
+        trial = None if stop else search.next_trial(study)
         if trial is None:
             recover(study)
             if waiting(study, getattr(search, "only", None)) and not (

@@ -120,6 +120,25 @@ def test_auto_finds_the_grids_best_with_a_fraction_of_its_trials(budgets):
     assert (fits(unmeasured, min(budgets))["samples_per_s"] <= best * 1.02).all()
 
 
+def test_a_limit_reached_as_the_search_runs_out_is_an_end_not_a_stop():
+    truth = known_workload()
+    said = []
+
+    def search(n_trials):
+        said.clear()
+        with tempfile.TemporaryDirectory() as tmp:
+            plan = replay_plan(truth, [12.0], "auto", n_trials=n_trials)
+            study = run_study(plan, Path(tmp) / "run", f"journal:{tmp}/s.log", on_trial=said.append,
+                              runner=Replay(truth))
+            return len(trials_table(study))
+
+    n = search(None)
+    assert any(m.startswith("search 'auto' ended") for m in said)
+    assert search(n) == n  # the limit is reached by the last trial auto wanted: it ended
+    assert any(m.startswith("search 'auto' ended") for m in said) and not any("search stopped" in m for m in said)
+    assert search(n - 1) == n - 1 and any(m.startswith(f"search stopped: search.n_trials={n - 1}") for m in said)
+
+
 @pytest.mark.parametrize("budget", [12.0, 40.0])
 def test_auto_with_a_front_resolution_measures_the_whole_front_to_that_resolution(budget):
     truth = known_workload()
