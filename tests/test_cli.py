@@ -149,6 +149,9 @@ def test_auto_records_what_the_device_cannot_run_and_the_headline_says_so(tmp_pa
     assert offloaded["cause"].str.startswith("offload moves saved activations").all()
     assert set(trials[~trials["offload"]]["status"]) == {"ok"}
     assert "unavailable on this device, skipped: offload True: offload moves saved activations" in out.stdout
+    # One terminal line for the reason, not one per configuration it applies to.
+    skip_lines = [ln for ln in out.stdout.splitlines() if ln.startswith("[") and " skipped " in ln]
+    assert len(skip_lines) == 1 and "skipped without a line; the summary counts them" in skip_lines[0], skip_lines
     page = (run_dir / "report.html").read_text()
     assert page.index("<b>Unavailable on this device</b> (skipped, never run): offload True: offload moves") \
         < page.index("<h2>")

@@ -223,7 +223,10 @@ def _measure(study, trial: optuna.Trial, plan: Plan, run_dir: Path, choices: dic
     else:
         study.tell(trial, state=optuna.trial.TrialState.PRUNED if result["status"] in ("skipped", "pruned")
                    else optuna.trial.TrialState.FAIL)
-    on_trial(line + (eta() if result["status"] not in ("skipped", "pruned") else ""))
+    if result["status"] != "skipped":
+        on_trial(line + (eta() if result["status"] != "pruned" else ""))
+    elif not _skipped_before(study, trial.number, result["cause"]):  # one line per reason, not per configuration
+        on_trial(line + "  (the other configurations it applies to are skipped without a line; the summary counts them)")
     if result.get("phase") == "isolation":
         raise IsolationError(f"{result['cause']} (trial {trial.number}); the study stopped here")
     if result.get("phase") == "build":
@@ -267,6 +270,11 @@ def grid_configs(plan: Plan, space=None) -> list:
     grid = (space or plan.space).grid(plan.global_batch)
     configs = [dict(zip(grid, values)) for values in itertools.product(*grid.values())]
     return [canonical(c) for c in configs if not combination_problem(strategy_of(c, plan.global_batch))]
+
+
+def _skipped_before(study: optuna.Study, number: int, cause: str) -> bool:
+    return any(t.number != number and t.user_attrs.get("status") == "skipped" and t.user_attrs.get("cause") == cause
+               for t in study.get_trials(deepcopy=False))
 
 
 def device_skip(plan: Plan, config: dict):
