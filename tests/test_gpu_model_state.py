@@ -3,7 +3,7 @@ predict, in real CUDA trials of one small Llama; the loss-parity figure of a rea
 import pandas as pd
 import pytest
 
-from autotune.trial.runner import run_trial
+from autotune.trial.runner import ForkServer
 from tests.conftest import run_cli, trial_env
 
 pytestmark = pytest.mark.gpu
@@ -25,7 +25,12 @@ def trials(tmp_path_factory):
     runs = {"plain": {}, "8bit": {"optimizer_state": "8bit"}, "4bit": {"optimizer_state": "4bit"},
             "offload": {"optimizer_offload": True}, "bf16w": {"weights": "bf16"},
             "fused": {"optimizer_impl": "fused"}, "forloop": {"optimizer_impl": "forloop"}}
-    out = {name: run_trial(llama_spec(**state), tmp / name, 600, env=trial_env()) for name, state in runs.items()}
+    # Through the fork server, as a search runs them (torchao imported in each child, not the server)
+    forks = ForkServer("autotune.models.llama:build")
+    try:
+        out = {name: forks(llama_spec(**state), tmp / name, 600, env=trial_env()) for name, state in runs.items()}
+    finally:
+        forks.close()
     for name, r in out.items():
         assert r["status"] == "ok", (name, r)
     return out
@@ -56,6 +61,7 @@ def test_fused_and_forloop_steps_hold_less_than_foreach_temporaries(trials):
     assert trials["fused"]["peak_allocated_gib"] <= trials["plain"]["peak_allocated_gib"]
     assert trials["forloop"]["peak_allocated_gib"] <= trials["plain"]["peak_allocated_gib"]
     assert trials["fused"]["optimizer"] == "AdamW" and trials["8bit"]["optimizer"] == "AdamW8bit"
+    assert {r["isolation"] for r in trials.values()} == {"fork"}
 
 
 def test_a_search_records_the_loss_parity_of_what_changes_the_optimizers_numbers(tmp_path):
