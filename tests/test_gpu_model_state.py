@@ -51,8 +51,15 @@ def test_each_model_state_dimension_lowers_the_peak_as_its_bytes_predict(trials,
     # optimizer keeps tensors under 4096 values on the device: within 3 % of the bytes.
     assert static_saved == pytest.approx(predicted, rel=0.03), (static_saved, predicted)
     peak_saved = plain["peak_allocated_gib"] - r["peak_allocated_gib"]
-    assert peak_saved >= 0.8 * predicted, (name, peak_saved, predicted, plain["peak_allocated_gib"],
-                                           r["peak_allocated_gib"])
+    # torchao's low-bit step dequantises one parameter's two moments to fp32 and requantises
+    # them: a transient of about 10 bytes a value of the parameter being stepped (0.30 GiB
+    # measured for 4-bit on the H100 with bench/state_bytes.py, the 32000 x 1024 embedding
+    # and head being the largest). On this small model that is 40 % of what 4-bit saves; on
+    # the 1.1B Llama (7 GiB saved) it is under 10 %. Allow 12 bytes a value of the largest.
+    largest = LLAMA["vocab_size"] * LLAMA["hidden_size"]
+    transient = 12 * largest / 2**30 if name in ("8bit", "4bit") else 0.0
+    assert peak_saved >= 0.8 * predicted - transient, (name, peak_saved, predicted, transient,
+                                                       plain["peak_allocated_gib"], r["peak_allocated_gib"])
     assert r["numerics"] == ("bf16 autocast" if name == "offload" else r["numerics"])
 
 

@@ -15,7 +15,7 @@ from typing import List, Optional
 import numpy as np
 import pandas as pd
 
-from autotune.scoring.score import Baseline, choose_best, objective_column, score, within_noise
+from autotune.scoring.score import Baseline, choose_best, contenders, objective_column, score, within_noise
 from autotune.scoring.settings import Scoring
 
 
@@ -34,24 +34,30 @@ def budget_label(budget_gib: float) -> str:
 
 def why_best(scored: pd.DataFrame, best: Optional[int], objective: str, budget_gib: float) -> str:
     """Why the winner won, in one sentence: which rule decided (a lead larger than both
-    spreads, or a tie within noise broken by stability, then memory), which rivals it beat
+    spreads, or a tie within noise broken by stability, then memory, among the tied whose
+    figure reaches the best lower bound), which rivals it beat
     or tied, and what would have beaten it without the budget."""
     if best is None:
         return f"nothing that ran ok fits {budget_gib:g} GiB"
     key = objective_column(objective)
     fitting = int(scored["fits_budget"].sum())
     tied = within_noise(scored, objective)
-    rivals = scored[tied].drop(index=best)
-    if len(rivals):
+    rivals = scored[contenders(scored, objective)].drop(index=best)
+    aside = scored[tied & ~contenders(scored, objective)]
+    if len(rivals) or len(aside):
         b = scored.loc[best]
         noisy = rivals["noisy"].fillna(False).astype(bool)
         alike = rivals[noisy == bool(b.get("noisy", False))]  # choose_best: stable first, then memory
-        rule = ("the only stable one (the others are noisy or contended)" if alike.empty
+        rule = ("the only one whose figure reaches the best lower bound among them" if rivals.empty
+                else "the only stable one (the others are noisy or contended)" if alike.empty
                 else "the one using least memory" + (" of the stable ones" if len(alike) < len(rivals) else "")
                 if (alike["peak_memory_gib"] > b["peak_memory_gib"]).all()
                 else f"the highest {objective} of those as stable and as small")
-        text = (f"tied within noise on {objective} with {len(rivals)} other(s) of the {fitting} that fit "
-                f"({_named(rivals, key)}); chosen as {rule}")
+        text = (f"tied within noise on {objective} with {len(rivals) + len(aside)} other(s) of the {fitting} "
+                f"that fit" + (f" ({_named(rivals, key)})" if len(rivals) else "") + f"; chosen as {rule}")
+        if len(aside):
+            text += (f"; {len(aside)} of them set aside, tied only through a wide interval: their figure is "
+                     f"below the best lower bound among the tied ({_named(aside, key)})")
     else:
         others = scored[scored["fits_budget"] & np.isfinite(scored[key])].drop(index=best)
         text = f"the best {objective} of the {fitting} configuration(s) that fit"

@@ -201,3 +201,24 @@ def test_why_the_best_won_names_the_rule_and_the_rivals():
     scored, _ = score(df, 8, 80, ROI)
     best = choose_best(scored, "throughput")
     assert best == 2 and "chosen as the only stable one" in why_best(scored, best, "throughput", 80)
+
+
+def test_a_stable_config_slower_than_what_the_tied_ones_guarantee_is_not_chosen():
+    """The 1.1B Llama at 16 GiB on an H100: the noisy top's wide interval tied it with a stable
+    config slower than the lower bound of another tied one; "stable first" picked the slow one."""
+    from autotune.scoring.budgets import why_best
+    df = table([["ok", "none", "fp32", 8, 15.0, 10.0], ["ok", "none", "bf16", 8, 13.7, 36.4],
+                ["ok", "none", "bf16", 4, 13.1, 32.0], ["ok", "full", "bf16", 4, 13.9, 21.9],
+                ["ok", "full", "bf16", 8, 10.4, 29.8]])
+    df["time_spread"] = [0.01, 0.41, 0.06, 0.02, 0.32]
+    scored, _ = score(df, 8, 16, ROI)
+    assert scored.loc[3, "samples_per_s_hi"] >= scored.loc[1, "samples_per_s_lo"]  # tied with the top...
+    assert scored.loc[3, "samples_per_s"] < scored.loc[2, "samples_per_s_lo"]  # ...yet slower than 2 guarantees
+    best = choose_best(scored, "throughput")
+    assert best == 2  # stable, and its figure reaches the best lower bound (its own, 30.1)
+    why = why_best(scored, best, "throughput", 16)
+    assert "chosen as the only stable one" in why and "set aside" in why and "trial 3: 21.9" in why
+    # Without it, no tied config guarantees more than 21.5 (the top's lower bound): the slow
+    # stable one reaches that, so stability decides again. The gate is conservative, not greedy.
+    rest = score(df.drop(index=2), 8, 16, ROI)[0]
+    assert choose_best(rest, "throughput") == 3
