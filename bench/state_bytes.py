@@ -9,11 +9,7 @@ from pathlib import Path
 
 from autotune.trial.runner import ForkServer
 from tests.conftest import trial_env
-from tests.test_gpu_model_state import llama_spec
-
-RUNS = {"plain": {}, "8bit": {"optimizer_state": "8bit"}, "4bit": {"optimizer_state": "4bit"},
-        "offload": {"optimizer_offload": True}, "bf16w": {"weights": "bf16"}}
-SAVED_BYTES = {"8bit": 6, "4bit": 7, "bf16w": 8, "offload": 8}
+from tests.test_gpu_model_state import SAVED_BYTES, STATE_RUNS as RUNS, llama_spec
 
 names = ["plain"] + [n for n in (sys.argv[1:] or list(SAVED_BYTES)) if n != "plain"]
 forks = ForkServer("autotune.models.llama:build")

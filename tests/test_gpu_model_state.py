@@ -12,6 +12,13 @@ LLAMA = {"hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 4,
          "num_key_value_heads": 4, "vocab_size": 32000, "max_position_embeddings": 512}
 
 
+# Each model-state dimension's trial, and the bytes a parameter it should save against plain
+# AdamW's 16 (bench/state_bytes.py prints the same figures).
+STATE_RUNS = {"plain": {}, "8bit": {"optimizer_state": "8bit"}, "4bit": {"optimizer_state": "4bit"},
+              "offload": {"optimizer_offload": True}, "bf16w": {"weights": "bf16"}}
+SAVED_BYTES = {"8bit": 6, "4bit": 7, "bf16w": 8, "offload": 8}
+
+
 def llama_spec(**state):
     return {"model": {"name": "llama", "target": "autotune.models.llama:build", "config": LLAMA},
             "seq_len": 256, "device": "cuda:0",
@@ -22,9 +29,7 @@ def llama_spec(**state):
 @pytest.fixture(scope="module")
 def trials(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("state")
-    runs = {"plain": {}, "8bit": {"optimizer_state": "8bit"}, "4bit": {"optimizer_state": "4bit"},
-            "offload": {"optimizer_offload": True}, "bf16w": {"weights": "bf16"},
-            "fused": {"optimizer_impl": "fused"}, "forloop": {"optimizer_impl": "forloop"}}
+    runs = {**STATE_RUNS, "fused": {"optimizer_impl": "fused"}, "forloop": {"optimizer_impl": "forloop"}}
     # Through the fork server, as a search runs them (torchao imported in each child, not the server)
     forks = ForkServer("autotune.models.llama:build")
     try:
@@ -42,7 +47,7 @@ def params(r) -> float:
     return r["static_gib"] / 16 * 4
 
 
-@pytest.mark.parametrize("name, saved_bytes_per_param", [("8bit", 6), ("4bit", 7), ("bf16w", 8), ("offload", 8)])
+@pytest.mark.parametrize("name, saved_bytes_per_param", SAVED_BYTES.items())
 def test_each_model_state_dimension_lowers_the_peak_as_its_bytes_predict(trials, name, saved_bytes_per_param):
     plain, r = trials["plain"], trials[name]
     predicted = params(plain) / 4 * saved_bytes_per_param  # GiB

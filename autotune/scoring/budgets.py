@@ -41,9 +41,9 @@ def why_best(scored: pd.DataFrame, best: Optional[int], objective: str, budget_g
         return f"nothing that ran ok fits {budget_gib:g} GiB"
     key = objective_column(objective)
     fitting = int(scored["fits_budget"].sum())
-    tied = within_noise(scored, objective)
-    rivals = scored[contenders(scored, objective)].drop(index=best)
-    aside = scored[tied & ~contenders(scored, objective)]
+    eligible = contenders(scored, objective)
+    rivals = scored[eligible].drop(index=best)
+    aside = scored[within_noise(scored, objective) & ~eligible]
     if len(rivals) or len(aside):
         b = scored.loc[best]
         noisy = rivals["noisy"].fillna(False).astype(bool)
