@@ -102,8 +102,11 @@ def test_a_sequence_of_trials_measures_what_fresh_processes_measure(tmp_path):
     assert [r["status"] for r in forked] == [r["status"] for r in fresh] == ["ok"] * len(specs)
     for (c, p, mb), f, n in zip(configs, forked, fresh):
         assert f["pid"] != n["pid"] and f["n_checkpointed"] == n["n_checkpointed"]
-        assert f["peak_memory_gib"] == pytest.approx(n["peak_memory_gib"], rel=0.01), (c, p, mb, f["peak_memory_gib"],
-                                                                                     n["peak_memory_gib"])
+        # 1 %, or 1 MiB on these ~40 MiB CPU peaks: resident-set pages and malloc arenas differ
+        # by a fraction of a MiB between processes (0.4 MiB seen in CI); carried-over memory
+        # was 28-43 %.
+        assert f["peak_memory_gib"] == pytest.approx(n["peak_memory_gib"], rel=0.01, abs=2**-10), (
+            c, p, mb, f["peak_memory_gib"], n["peak_memory_gib"])
         assert f["static_gib"] == pytest.approx(n["static_gib"])
 
 
