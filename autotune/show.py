@@ -10,11 +10,14 @@ import sys
 
 import pandas as pd
 
-from autotune.results.outputs import _true
 from autotune.results.review import ReviewError, open_reviewed, path_arguments
 from autotune.store.storage import StorageError
 
 OBJECTIVES = ("roi", "throughput")
+
+
+def _true(value) -> bool:
+    return str(value).strip().lower() == "true"  # a yes/no cell read back: numpy bools, "True", NaN
 
 
 def best_lines(reviewed, budgets=None) -> list:

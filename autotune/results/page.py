@@ -45,6 +45,9 @@ def pareto_figure(scored: pd.DataFrame, best: Optional[int], budgets: List[float
     ok["checkpointing"] = ok["checkpointing"].map(checkpoint_label)
     ok["offload"] = ok.get("offload", False)
     fractions = _run_fractions(scored)
+    # A label per point while every point is detailed; past that, the front's only.
+    labelled = (plot_style.detailed(ok, best) if len(ok) <= plot_style.DETAIL_LIMIT
+                else ok["on_pareto"].fillna(False).astype(bool))
     for (ckpt, prec, offload), g in ok.groupby(["checkpointing", "precision", "offload"]):
         fits = g[g["fits_budget"]]
         over = g[~g["fits_budget"]]
@@ -59,10 +62,11 @@ def pareto_figure(scored: pd.DataFrame, best: Optional[int], budgets: List[float
         ax.errorbar(g["peak_memory_gib"], g["samples_per_s"], fmt="none", ecolor=colour, alpha=0.6, lw=1,
                     yerr=[(g["samples_per_s"] - g.get("samples_per_s_lo", g["samples_per_s"])).clip(lower=0),
                           (g.get("samples_per_s_hi", g["samples_per_s"]) - g["samples_per_s"]).clip(lower=0)])
-        for _, r in g.iterrows():
-            ax.annotate(f"mb{int(r['micro_batch'])}", (r["peak_memory_gib"], r["samples_per_s"]),
-                        textcoords="offset points", xytext=(4, 4), fontsize=7, color="#555")
-    noisy = ok[[plot_style.is_noisy(r) for _, r in ok.iterrows()]]
+        for mb, mem, sps in zip(g["micro_batch"][labelled], g["peak_memory_gib"][labelled],
+                                g["samples_per_s"][labelled]):
+            ax.annotate(f"mb{int(mb)}", (mem, sps), textcoords="offset points", xytext=(4, 4), fontsize=7,
+                        color="#555")
+    noisy = ok[[plot_style.is_noisy(r) for r in ok[[c for c in ("noisy", "contended") if c in ok]].to_dict("records")]]
     if len(noisy):
         ax.scatter(noisy["peak_memory_gib"], noisy["samples_per_s"], s=170, facecolors="none",
                    edgecolors=plot_style.NOISY_RING["edge"], linestyles=[(0, plot_style.NOISY_RING["dash"])],
@@ -144,7 +148,8 @@ def _pareto_svg(scored: pd.DataFrame, best: Optional[int], baseline: Baseline, m
     budgets = [(float(b), f"budget {_num(b, '.3g')} GiB") for b in meta["budgets"]]
     return svgplot.scatter(ok, "peak_memory_gib", "samples_per_s", "peak memory (GiB) - lower is better",
                            "throughput (samples/s) - higher is better", "pareto-svg", front=front, best=best_mark,
-                           baseline=base_mark, vlines=budgets, fractions=_run_fractions(scored))
+                           baseline=base_mark, vlines=budgets, fractions=_run_fractions(scored),
+                           detail=plot_style.detailed(ok, best))
 
 
 def _roi_svg(scored: pd.DataFrame, best: Optional[int]) -> str:
@@ -158,7 +163,7 @@ def _roi_svg(scored: pd.DataFrame, best: Optional[int]) -> str:
         best_mark = svgplot.Mark(float(b["memory_saved_gib"]), float(b["roi"]), "best\n" + svgplot.trial_hover(b))
     return svgplot.scatter(ok, "memory_saved_gib", "roi", "memory saved against the baseline (GiB)",
                            "ROI (USD over the job)", "roi-svg", best=best_mark, x_from_zero=False,
-                           fractions=_run_fractions(scored))
+                           fractions=_run_fractions(scored), detail=plot_style.detailed(ok, best))
 
 
 def _environment_html(meta: dict) -> str:
@@ -200,6 +205,14 @@ def _num(value, fmt: str = "g") -> str:
         return html.escape(str(value))
 
 
+def _numbers(numbers, limit: int = 30) -> str:
+    """Trial numbers for a sentence: the first ``limit``, then how many more (a large study
+    would list thousands)."""
+    numbers = [str(int(n)) for n in numbers]
+    more = len(numbers) - limit
+    return ", ".join(numbers[:limit]) + (f" and {more} more (trials.csv)" if more > 0 else "")
+
+
 def _gib(v) -> Optional[str]:
     return None if v is None else f"{v:g} GiB"
 
@@ -233,6 +246,7 @@ def write_report(run_dir: Path, scored: pd.DataFrame, best: Optional[int], basel
 
     esc = _esc
     cols = [c for c in TABLE_COLUMNS if c in scored.columns]
+    shown = scored[plot_style.detailed(scored, best)]  # every trial, up to plot_style.DETAIL_LIMIT
     front = scored[scored["on_pareto"]].sort_values("peak_memory_gib")[cols]
     effects = strategy_effects(scored, meta["global_batch"])
     skipped = scored[scored["status"] == "skipped"]
@@ -281,19 +295,19 @@ def write_report(run_dir: Path, scored: pd.DataFrame, best: Optional[int], basel
     noisy = scored[scored.get("noisy", pd.Series(False, index=scored.index)).fillna(False).astype(bool)]
     if len(noisy):
         notes.append(f"{len(noisy)} trial(s) flagged noisy (timing spread above 10 %, or measured under contention): "
-                     + esc(", ".join(str(int(n)) for n in noisy["number"])) + ".")
+                     + esc(_numbers(noisy["number"])) + ".")
     disagree = scored[scored.get("memory_disagrees", pd.Series(False, index=scored.index)).fillna(False).astype(bool)]
     if len(disagree):
         notes.append(f"{len(disagree)} configuration(s) whose runs' peak memory differs by more than "
                      f"{100 * MEMORY_AGREEMENT:.0f} % (peak_memory_gib_runs; the largest is used): trials "
-                     + esc(", ".join(str(int(n)) for n in disagree["number"])) + ".")
+                     + esc(_numbers(disagree["number"])) + ".")
     if len(skipped):
         notes.append(f"{len(skipped)} configuration(s) skipped, never run: "
                      + esc("; ".join(sorted(set(skipped["cause"].dropna())))) + ".")
     pruned = scored[scored["status"] == "pruned"]
     if len(pruned):
         notes.append(f"{len(pruned)} configuration(s) pruned, never run: the same strategy ran out of memory at a "
-                     "smaller micro-batch (trials " + esc(", ".join(str(int(n)) for n in pruned["number"])) + ").")
+                     "smaller micro-batch (trials " + esc(_numbers(pruned["number"])) + ").")
     budget_html = ""
     if per_budget is not None:
         budget_html = ("<h2>Best per budget</h2>\n<p>The same trials, judged against each budget (the table and "
@@ -324,9 +338,9 @@ th {{ background: #f3f3f3; }} .best {{ font-size: 1.1em; }} code {{ background: 
 <p>Time changes carry the range both trials' measured spreads allow; one whose range includes no change is
 within noise, not an effect. The rules of thumb are figures often quoted for each technique, not measurements.</p>
 {_table(effects, percent=("memory_change", "time_change", "time_change_lo", "time_change_hi"))}
-<h2>All trials</h2>
-<p>Click a column's header to sort by it.</p>
-{_table(scored[cols], table_id="trials")}
+<h2>{"All trials" if len(shown) == len(scored) else f"{len(shown)} of the {len(scored)} trials"}</h2>
+<p>{"" if len(shown) == len(scored) else "The Pareto front, the best and the latest trials; trials.csv holds every one. "}Click a column's header to sort by it.</p>
+{_table(shown[cols], table_id="trials")}
 <h2>Measured on</h2>
 {_environment_html(meta)}
 <p>Reproduce: <code>{esc(redact(meta['command']))}</code> (a new study_name measures again; the same one resumes).</p>

@@ -10,6 +10,7 @@ so the two pictures agree.
 """
 from __future__ import annotations
 
+import re
 from typing import Iterable, Sequence
 
 PRECISION_COLOURS = {"fp32": "#1f77b4", "bf16": "#2ca02c", "fp16": "#ff7f0e"}
@@ -36,12 +37,46 @@ def colour(precision: str) -> str:
 
 def marker(fraction: float, fractions: Iterable[float]) -> str:
     """The marker of a checkpointed ``fraction`` among all ``fractions`` of the run."""
-    if fraction <= 0:
-        return "circle"
-    if fraction >= 1:
-        return "square"
-    partial = sorted({f for f in fractions if 0 < f < 1} | {fraction})
-    return PARTIAL_MARKERS[min(partial.index(fraction), len(PARTIAL_MARKERS) - 1)]
+    return Markers(fractions)(fraction)
+
+
+class Markers:
+    """``marker`` for many points of one run: the fractions are ranked once (ranking them
+    per point was 2.2 s of a 5,000-trial report)."""
+
+    def __init__(self, fractions: Iterable[float]):
+        self.partial = sorted({f for f in fractions if 0 < f < 1})
+
+    def __call__(self, fraction: float) -> str:
+        if fraction <= 0:
+            return "circle"
+        if fraction >= 1:
+            return "square"
+        partial = self.partial if fraction in self.partial else sorted({*self.partial, fraction})
+        return PARTIAL_MARKERS[min(partial.index(fraction), len(PARTIAL_MARKERS) - 1)]
+
+
+# A study of many trials (resumed, judged at several budgets, shared by several drivers) is
+# drawn and tabled in full detail up to this many trials; past it, the Pareto front, the
+# best and the latest trials keep a mark (and a table row) each, the rest are drawn one
+# shape per legend group and stay in trials.csv. One artist per trial made a 5,000-trial
+# report take 321 s and 15 MB (issue 28; bench/scale.py).
+DETAIL_LIMIT = 300
+
+
+def detailed(points, best=None):
+    """Which of ``points`` (rows of a scored table) get a mark and a row of their own: all of
+    them up to DETAIL_LIMIT, else the Pareto front, the best and the latest trials."""
+    import pandas as pd
+
+    if len(points) <= DETAIL_LIMIT:
+        return pd.Series(True, index=points.index)
+    keep = points["on_pareto"].fillna(False).astype(bool) if "on_pareto" in points else pd.Series(False, index=points.index)
+    if best is not None and best in points.index:
+        keep.loc[best] = True
+    latest = points["number"].nlargest(max(0, DETAIL_LIMIT - int(keep.sum()))).index
+    keep.loc[latest] = True
+    return keep
 
 
 def drawn_budgets(budgets: Sequence[float], largest_point: float) -> list:
@@ -53,7 +88,14 @@ def x_limit(largest_point: float, budgets: Sequence[float]) -> float:
 
 
 def svg_path(name: str, x: float, y: float, r: float = 5.5) -> str:
-    """The SVG path of a marker centred at (x, y)."""
+    """The SVG path of a marker centred at (x, y), to a tenth of a pixel."""
+    return _SHORT_FLOAT.sub(lambda m: f"{float(m.group()):.1f}".rstrip("0").rstrip("."), _svg_path(name, x, y, r))
+
+
+_SHORT_FLOAT = re.compile(r"-?\d+\.\d{2,}(?:e-?\d+)?")
+
+
+def _svg_path(name: str, x: float, y: float, r: float) -> str:
     if name == "circle":
         return f"M{x - r},{y} a{r},{r} 0 1,0 {2 * r},0 a{r},{r} 0 1,0 {-2 * r},0"
     if name == "square":

@@ -62,7 +62,8 @@ def _storage_url(path: str) -> str:
     return f"sqlite:///{p.resolve()}"
 
 
-def _load_study(url: str, study_name: Optional[str]) -> optuna.Study:
+def _load_study(url: str, study_name: Optional[str]) -> tuple:
+    """(the study, its trials), read once."""
     try:
         storage = open_read_only(url)  # a reader never writes, neither into the storage nor beside it
         names = optuna.get_all_study_names(storage)
@@ -80,8 +81,7 @@ def _load_study(url: str, study_name: Optional[str]) -> optuna.Study:
     elif study_name not in names:
         raise ReviewError(f"--study {study_name}: not in {redact(url)}; it holds: {', '.join(sorted(names))}")
     study = optuna.load_study(study_name=study_name, storage=storage)
-    check_readable(study, url)
-    return study
+    return study, check_readable(study, url)
 
 
 def study_listing(storage, names: List[str]) -> str:
@@ -176,8 +176,8 @@ def open_reviewed(path: str, study_name: Optional[str] = None) -> Reviewed:
     p = Path(path)
     run_dir = p if p.is_dir() else None
     if run_dir is not None and (run_dir / "study.db").is_file():
-        study = _load_study(_storage_url(str(run_dir / "study.db")), study_name)
-        table, name, source = trials_table(study), study.study_name, str(run_dir / "study.db")
+        study, trials = _load_study(_storage_url(str(run_dir / "study.db")), study_name)
+        table, name, source = trials_table(study, trials), study.study_name, str(run_dir / "study.db")
         settings = study.user_attrs.get(SETTINGS_ATTR) or _settings_from_run_dir(run_dir)
     elif run_dir is not None and (run_dir / "trials.csv").is_file():
         table, name, source = _read_trials_csv(run_dir / "trials.csv"), None, str(run_dir / "trials.csv")
@@ -189,8 +189,8 @@ def open_reviewed(path: str, study_name: Optional[str] = None) -> Reviewed:
         raise ReviewError(f"{path}: a directory with neither study.db nor trials.csv; pass a run directory "
                           "(outputs/<date>/<time>) or a study storage")
     else:
-        study = _load_study(_storage_url(path), study_name)
-        table, name, source = trials_table(study), study.study_name, redact(path)
+        study, trials = _load_study(_storage_url(path), study_name)
+        table, name, source = trials_table(study, trials), study.study_name, redact(path)
         settings = study.user_attrs.get(SETTINGS_ATTR)
         if settings is None:
             raise ReviewError(f"study '{study.study_name}' in {redact(path)} was made before autotune stored its "

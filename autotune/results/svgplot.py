@@ -74,11 +74,14 @@ def trial_hover(row: pd.Series) -> str:
 
 def scatter(points: pd.DataFrame, x: str, y: str, x_label: str, y_label: str, plot_id: str,
             front: Optional[pd.DataFrame] = None, best: Optional[Mark] = None, baseline: Optional[Mark] = None,
-            vlines: Sequence[tuple] = (), x_from_zero: bool = True, fractions: Sequence[float] = ()) -> str:
+            vlines: Sequence[tuple] = (), x_from_zero: bool = True, fractions: Sequence[float] = (),
+            detail: Optional[pd.Series] = None) -> str:
     """The SVG of ``points`` (rows of the scored trials table) at columns ``x``, ``y``.
 
     ``fractions``: the checkpointed fractions of the whole run, which rank the markers (so
     every plot of a run gives a fraction the same marker); by default those of ``points``.
+    ``detail``: which points get a mark of their own, with hover text and whisker
+    (``plot_style.detailed``; default all); the others are drawn as one shape per legend group.
     """
     esc = html.escape
     xs = [float(v) for v in points[x]] + [m.x for m in (best, baseline) if m is not None]
@@ -130,31 +133,44 @@ def scatter(points: pd.DataFrame, x: str, y: str, x_label: str, y_label: str, pl
         out.append(f'<polyline class="pareto-front" points="{pts}" fill="none" stroke="black" stroke-opacity="0.6"/>')
         legend.append(('<line x1="0" x2="18" y1="0" y2="0" stroke="black"/>', "Pareto front"))
     seen = {}
-    fractions = list(fractions) or [checkpoint_fraction(c) for c in points["checkpointing"]]
+    shape_of = plot_style.Markers(list(fractions) or [checkpoint_fraction(c) for c in points["checkpointing"]])
     any_noisy = False
-    for _, r in points.iterrows():
-        if has_interval and all(pd.notna(r[c]) and math.isfinite(float(r[c])) for c in bounds):
-            cx = px(float(r[x]))
-            out.append(f'<line class="interval" x1="{cx:.1f}" x2="{cx:.1f}" y1="{py(float(r[bounds[0]])):.1f}" '
-                       f'y2="{py(float(r[bounds[1]])):.1f}" stroke="{plot_style.colour(r["precision"])}" '
-                       f'stroke-opacity="0.6" data-number="{int(r["number"])}"/>')
-        if plot_style.is_noisy(r):
-            any_noisy = True
-            out.append(f'<circle class="noisy-mark" cx="{px(float(r[x])):.1f}" cy="{py(float(r[y])):.1f}" r="9" '
-                       f'fill="none" stroke="#777" stroke-dasharray="2,2" data-number="{int(r["number"])}"/>')
+    crowd: dict = {}  # legend group -> (path data of its points without a mark of their own, count)
+    cols = list(points.columns)
+    for i, row in zip(points.index, points.itertuples(index=False, name=None)):
+        r = dict(zip(cols, row))
         colour = plot_style.colour(r["precision"])
         offload = str(r.get("offload", False)).lower() == "true"
         fits = str(r.get("fits_budget", True)).lower() == "true"
         frac = checkpoint_fraction(r["checkpointing"])
-        shape = plot_style.marker(frac, fractions)
-        d = plot_style.svg_path(shape, px(float(r[x])), py(float(r[y])))
+        shape = shape_of(frac)
         fill = "white" if offload else colour
-        out.append(f'<path class="trial-point" d="{d}" fill="{fill}" stroke="{colour}" stroke-width="1.6" '
-                   f'data-marker="{shape}" '
-                   f'opacity="{1 if fits else 0.35}" data-number="{int(r["number"])}" '
-                   f'data-config="{esc(trial_hover(r).splitlines()[0])}"><title>{esc(trial_hover(r))}</title></path>')
         key = (checkpoint_label(r["checkpointing"]), r["precision"], offload)
         seen.setdefault(key, (frac, colour, fill, shape))
+        cx, cy = round(px(float(r[x])), 1), round(py(float(r[y])), 1)
+        if detail is not None and not detail.get(i, True):
+            d, n = crowd.get((key, fits), ("", 0))
+            crowd[(key, fits)] = (d + plot_style.svg_path(shape, cx, cy), n + 1)
+            continue
+        if has_interval and all(pd.notna(r[c]) and math.isfinite(float(r[c])) for c in bounds):
+            out.append(f'<line class="interval" x1="{cx:.1f}" x2="{cx:.1f}" y1="{py(float(r[bounds[0]])):.1f}" '
+                       f'y2="{py(float(r[bounds[1]])):.1f}" stroke="{colour}" '
+                       f'stroke-opacity="0.6" data-number="{int(r["number"])}"/>')
+        if plot_style.is_noisy(r):
+            any_noisy = True
+            out.append(f'<circle class="noisy-mark" cx="{cx:.1f}" cy="{cy:.1f}" r="9" '
+                       f'fill="none" stroke="#777" stroke-dasharray="2,2" data-number="{int(r["number"])}"/>')
+        hover = trial_hover(r)
+        out.append(f'<path class="trial-point" d="{plot_style.svg_path(shape, cx, cy)}" fill="{fill}" '
+                   f'stroke="{colour}" stroke-width="1.6" data-marker="{shape}" '
+                   f'opacity="{1 if fits else 0.35}" data-number="{int(r["number"])}" '
+                   f'data-config="{esc(hover.splitlines()[0])}"><title>{esc(hover)}</title></path>')
+    for ((ckpt, prec, offload), fits), (d, n) in crowd.items():
+        _, colour, fill, shape = seen[(ckpt, prec, offload)]
+        out.append(f'<path class="trial-crowd" d="{d}" fill="{fill}" stroke="{colour}" stroke-width="1.6" '
+                   f'data-marker="{shape}" data-count="{n}" opacity="{0.6 if fits else 0.25}"><title>'
+                   f'{n} more trial(s) of ckpt {esc(ckpt)} / {esc(prec)}{" / offload" if offload else ""}: drawn '
+                   f'together, without their details (trials.csv has every one)</title></path>')
     for m, style, cls in ((best, 'fill="none" stroke="red" stroke-width="2"', "best-mark"),
                           (baseline, 'fill="none" stroke="black" stroke-width="1.5"', "baseline-mark")):
         if m is None:

@@ -6,11 +6,13 @@ through this table, so they all see the same figures.
 from __future__ import annotations
 
 import statistics
+from typing import Optional
 
 import optuna
 import pandas as pd
 
 from autotune.store.claims import cut_short, is_duplicate
+from autotune.store.optuna_access import read_trials
 
 REFERENCE_ATTR = "reference_losses"  # study attribute: {trial number: the plain optimizer's losses}
 MEMORY_AGREEMENT = 0.02  # runs of one configuration whose peaks differ by more are flagged
@@ -20,7 +22,7 @@ LEAD_COLUMNS = ["number", "status", "checkpointing", "precision", "micro_batch",
                 "allocator", "peak_memory_gib", "samples_per_s", "time_spread", "cause"]
 
 
-def trials_table(study: optuna.Study) -> pd.DataFrame:
+def trials_table(study: optuna.Study, trials: Optional[list] = None) -> pd.DataFrame:
     """One row per finished trial: its configuration, status, cause and every measurement.
 
     Duplicates (never run) are left out. Repeats of a configuration are folded into its
@@ -29,10 +31,11 @@ def trials_table(study: optuna.Study) -> pd.DataFrame:
     flags runs more than 2 % apart), ``time_spread`` the larger of the within-process and
     between-process spreads, and a repeat that failed turns the row into that failure.
     Runs measured while other processes competed for the device (``contended``) count for
-    speed only when no quiet run exists; the row is ``contended`` only then.
+    speed only when no quiet run exists; the row is ``contended`` only then. ``trials``: the
+    study's trials where the caller has read them already.
     """
     rows, repeats = [], {}
-    for t in study.trials:
+    for t in (read_trials(study) if trials is None else trials):
         if not t.state.is_finished() or is_duplicate(t):
             continue
         row = {"number": t.number, **t.params, **t.user_attrs}

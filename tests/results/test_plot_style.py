@@ -64,3 +64,42 @@ def test_the_axis_and_the_budgets_drawn_agree():
     assert plot_style.drawn_budgets([8, 20, 140], 10.0) == [8, 20]  # 140 would squash the points
     assert plot_style.x_limit(10.0, [8, 140]) == 10.0 * plot_style.X_MARGIN
     assert plot_style.x_limit(10.0, [15]) == 15 * plot_style.X_MARGIN
+
+
+def test_a_large_study_keeps_a_mark_for_the_front_the_best_and_the_latest_and_draws_the_rest_together(tmp_path):
+    """Issue 28 item 9: past plot_style.DETAIL_LIMIT trials, the report draws one shape per
+    legend group for the rest and tables only the front, the best and the latest trials."""
+    rng = np.random.default_rng(0)
+    n = plot_style.DETAIL_LIMIT * 4
+    base = scored_table().iloc[:8]
+    scored = pd.concat([base] * (n // 8), ignore_index=True)
+    scored["number"] = range(len(scored))
+    scored["peak_memory_gib"] = rng.uniform(1, 10, len(scored))
+    scored["samples_per_s"] = rng.uniform(10, 100, len(scored))
+    scored["on_pareto"], scored["cause"] = False, None
+    front = [3, 17, 29]
+    scored.loc[front, "on_pareto"] = True
+    best = 17
+    baseline = Baseline(10.0, 100.0, True, "measured")
+    svg = page._pareto_svg(scored, best, baseline, {"objective": "roi", "budgets": [8.0]})
+    marked = {int(m) for m in re.findall(r'class="trial-point"[^>]*data-number="(\d+)"', svg)}
+    assert len(marked) == plot_style.DETAIL_LIMIT
+    assert set(front) <= marked  # the front and the best keep their hover details
+    assert set(range(n - 100, n)) <= marked  # so do the latest trials
+    crowd = sum(int(c) for c in re.findall(r'class="trial-crowd"[^>]*data-count="(\d+)"', svg))
+    assert crowd == n - len(marked)  # every other trial is drawn, in its group's one shape
+    assert svg.count('class="trial-crowd"') <= 2 * 8  # one per legend group (and fit), not one per trial
+    meta = {"model": "m", "device_name": "cpu", "global_batch": 8, "budgets": [8.0], "budget_gib": 8.0,
+            "objective": "roi", "seq_len": 8, "command": "python -m autotune"}
+    page.write_report(tmp_path, scored, best, baseline, meta)
+    html_text = (tmp_path / "report.html").read_text()
+    table = html_text[html_text.index('id="trials"'):]
+    assert table.count("<tr>") - 1 == plot_style.DETAIL_LIMIT  # rows, less the header
+    assert f"{plot_style.DETAIL_LIMIT} of the {n} trials" in html_text and "trials.csv holds every one" in html_text
+
+
+def test_a_small_study_is_drawn_and_tabled_in_full():
+    scored = scored_table()
+    baseline = Baseline(10.0, 100.0, True, "measured")
+    svg = page._pareto_svg(scored, 0, baseline, {"objective": "roi", "budgets": [8.0]})
+    assert svg.count('class="trial-point"') == 8 and "trial-crowd" not in svg
