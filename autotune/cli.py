@@ -48,7 +48,7 @@ def main(cfg: DictConfig) -> None:
 
     hc = HydraConfig.get()
     if hc.output_subdir:  # Hydra wrote the command line there, a storage password included
-        redact_files(Path(hc.runtime.output_dir) / hc.output_subdir)
+        redact_files(Path(hc.runtime.output_dir) / hc.output_subdir, cfg.storage or os.environ.get("AUTOTUNE_STORAGE"))
     code = tune(cfg, Path(hc.runtime.output_dir), list(hc.overrides.task), list(hc.overrides.hydra))
     if code:
         sys.exit(code)

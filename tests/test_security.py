@@ -5,10 +5,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import optuna
 import pytest
+from sqlalchemy.engine import make_url
 
 from autotune.store.storage import make_storage, redact
 from tests.conftest import ROOT, cli_command, trial_env
@@ -17,11 +17,11 @@ from tests.test_reliability import faulty, space_file
 pytestmark = pytest.mark.e2e  # python -m autotune, show and report on hostile input, end to end
 
 
-def postgres_url():
-    url = os.environ.get("AUTOTUNE_TEST_POSTGRES")
+def postgres_url(variable: str = "AUTOTUNE_TEST_POSTGRES"):
+    url = os.environ.get(variable)
     if url is None:
         if os.environ.get("CI"):
-            pytest.fail("AUTOTUNE_TEST_POSTGRES is not set: .ci/run starts PostgreSQL and sets it")
+            pytest.fail(f"{variable} is not set: .ci/run starts PostgreSQL and sets it")
         pytest.skip("no PostgreSQL here (set AUTOTUNE_TEST_POSTGRES=postgresql://...; CI does)")
     return url
 
@@ -66,15 +66,19 @@ def test_workers_start_when_the_study_name_needs_quoting(tmp_path):
 
 
 def test_a_password_reaches_no_output_no_argv_and_no_hydra_file(tmp_path):
-    """Item 3: the query-string and the userinfo forms, through a run with a worker and the
-    readers; the study's attributes in the database too."""
-    base = urlsplit(postgres_url())
-    password = base.password
-    assert password, "the test server's URL carries a password"
-    no_userinfo = base._replace(netloc=f"{base.username}@{base.hostname}:{base.port}")
-    query_form = urlunsplit(no_userinfo._replace(query=f"password={password}"))
+    """Item 3, and issue 28 item 2: the query-string and the userinfo forms, through a run with
+    a worker and the readers; the study's attributes in the database too. The role's password
+    holds / # ? , : ; % @ (.ci/run makes it), which hand-written URL patterns once let through."""
+    url = postgres_url("AUTOTUNE_TEST_POSTGRES_HOSTILE")
+    parsed = make_url(url)
+    password = parsed.password
+    assert password and set("/#?,:;%@") <= set(password), "the test role's password holds the hostile characters"
+    raw = url.split("://", 1)[1].split("@", 1)[0].split(":", 1)[1]  # as written in the URL
+    query_form = (f"postgresql://{parsed.username}@{parsed.host}:{parsed.port}/{parsed.database}"
+                  f"?sslmode=disable&password={raw}")
+    assert make_url(query_form).query["password"] == password
     space = space_file(tmp_path, lo=2, hi=4)
-    for form, url in (("query", query_form), ("userinfo", postgres_url())):
+    for form, url in (("query", query_form), ("userinfo", url)):
         name = f"secret-{form}-{os.getpid()}-{time.time_ns()}"
         run = tmp_path / form
         args = faulty(tmp_path, "model.config.step_sleep=0.3", "global_batch=8", f"storage='{url}'",
@@ -91,21 +95,65 @@ def test_a_password_reaches_no_output_no_argv_and_no_hydra_file(tmp_path):
         assert any("workers=1" in a for a in argvs), argvs  # the worker was seen
         # Only the command the user typed holds the URL (AUTOTUNE_STORAGE keeps it out of that too).
         assert not [a for a in argvs if "workers=1" in a and password in a], argvs
-        assert password not in stdout
+        secrets = {password, raw}
+        assert not [s for s in secrets if s in stdout], stdout
+        assert not [a for a in argvs if "workers=1" in a and any(s in a for s in secrets)], argvs
         written = every_file(run)
         assert any(p.parent.name == ".hydra" for p in written) and (run / "workers/1/.hydra").is_dir()
         for path in written:
-            assert password.encode() not in path.read_bytes(), (form, path)
-        st = optuna.load_study(study_name=name, storage=make_storage(postgres_url()))
-        assert password not in repr(st.user_attrs)
+            assert not [s for s in secrets if s.encode() in path.read_bytes()], (form, path)
+        st = optuna.load_study(study_name=name, storage=make_storage(url))
+        assert not [s for s in secrets if s in repr(st.user_attrs) + repr([t.user_attrs for t in st.trials])]
         for reader in ("autotune.show", "autotune.report"):
             extra = ["--out", str(tmp_path / f"rebuilt-{form}")] if reader == "autotune.report" else []
             r = subprocess.run([sys.executable, "-m", reader, url, "--study", name, *extra], cwd=ROOT,
                                env=trial_env(), capture_output=True, text=True, timeout=300)
             assert r.returncode == 0, r.stdout + r.stderr
-            assert password not in r.stdout + r.stderr
+            assert not [s for s in secrets if s in r.stdout + r.stderr]
         for path in every_file(tmp_path / f"rebuilt-{form}"):
-            assert password.encode() not in path.read_bytes(), path
+            assert not [s for s in secrets if s.encode() in path.read_bytes()], path
+
+
+HOSTILE = "h/o#s?t,i:l;e%x@1"  # the characters URL patterns trip over
+HOSTILE_RAW = "h/o#s?t,i:l;e%25x%401"  # as written in a URL: '%' and '@' encoded
+
+
+def test_a_password_in_a_sqlite_url_query_reaches_no_output(tmp_path):
+    """Issue 28 item 2 without a server: SQLite ignores a ?password= (with a warning), so a run
+    on such a URL ends and writes everything; none of it may hold the value, nor a file name
+    (a lock file once took the URL's whole text as its name)."""
+    url = f"sqlite:///{tmp_path / 'studies.db'}?password={HOSTILE_RAW}"
+    run = tmp_path / "run"
+    out = subprocess.run(cli_command(run, *faulty(tmp_path, "global_batch=4", f"storage='{url}'",
+                                                  space=space_file(tmp_path, "[none]", 2, 4))),
+                         cwd=ROOT, env=trial_env(), capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    secrets = (HOSTILE, HOSTILE_RAW)
+    assert not [s for s in secrets if s in out.stdout + out.stderr], out.stdout + out.stderr
+    written = every_file(tmp_path)
+    assert (run / "best.yaml").is_file() and (run / ".hydra" / "overrides.yaml").is_file()
+    for path in written:
+        assert not [s for s in secrets if s in str(path) or s.encode() in path.read_bytes()], path
+    for reader in ("autotune.show", "autotune.report"):
+        r = subprocess.run([sys.executable, "-m", reader, url, *(["--out", str(tmp_path / "again")]
+                                                                  if reader == "autotune.report" else [])],
+                           cwd=ROOT, env=trial_env(), capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert not [s for s in secrets if s in r.stdout + r.stderr], r.stdout + r.stderr
+
+
+def test_a_storage_that_cannot_be_reached_names_it_without_its_password(tmp_path):
+    """Issue 28 item 2: the error path (no server listens on port 9) masks both forms."""
+    for form, url in (("userinfo", f"postgresql://tuner:{HOSTILE_RAW}@127.0.0.1:9/studies"),
+                      ("query", f"postgresql://tuner@127.0.0.1:9/studies?password={HOSTILE_RAW}")):
+        run = tmp_path / form
+        out = subprocess.run(cli_command(run, *faulty(tmp_path, f"storage='{url}'")), cwd=ROOT, env=trial_env(),
+                             capture_output=True, text=True, timeout=300)
+        assert out.returncode == 2 and "cannot" in out.stdout + out.stderr, out.stdout + out.stderr
+        assert "Traceback" not in out.stdout + out.stderr
+        assert not [s for s in (HOSTILE, HOSTILE_RAW) if s in out.stdout + out.stderr], out.stdout + out.stderr
+        for path in every_file(run):
+            assert not [s for s in (HOSTILE, HOSTILE_RAW) if s.encode() in path.read_bytes()], path
 
 
 def _snapshot(folder: Path) -> dict:

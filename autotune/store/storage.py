@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sqlite3
 import time
 from pathlib import Path
@@ -20,7 +19,8 @@ from typing import Optional
 
 import optuna
 
-from autotune.store.optuna_access import storage_of
+from autotune.store.optuna_access import read_trials, storage_of
+from autotune.store.redaction import redact, redact_files  # noqa: F401 (the storage's public names)
 from autotune.system.linux import file_lock
 from autotune.system.safe_write import replacing
 
@@ -29,55 +29,22 @@ class StorageError(RuntimeError):
     """The study storage cannot be used; the message names it and what to do."""
 
 
-# The forms a credential takes in a database URL or a libpq DSN: the userinfo's password
-# (scheme://user:PASSWORD@host) and a password parameter (?password=..., password=... in a DSN).
-_USERINFO = re.compile(r"([A-Za-z][\w+.-]*://[^:/@\s?#]*:)([^@\s/?#]*)(@)")
-_PARAM = re.compile(r"(?i)(\b(?:password|passwd|pwd|sslpassword)\s*=\s*)('[^']*'|\"[^\"]*\"|[^&\s;,'\"]+)")
-# A password seen in a URL is also masked where it appears on its own (a driver's message may
-# quote it), but only from this length on: a shorter one would mask the same characters in
-# unrelated text (trial.seed=***).
-_LITERAL_MIN = 6
-
-
-def _passwords(url: str) -> list:
-    from urllib.parse import parse_qs, unquote, urlsplit
-
-    found = [m.group(2) for m in _USERINFO.finditer(url)]
-    try:
-        found += [v for k, vs in parse_qs(urlsplit(url).query).items()
-                  if k.lower() in ("password", "passwd", "pwd", "sslpassword") for v in vs]
-    except ValueError:
-        pass
-    return sorted({p for f in found for p in (f, unquote(f)) if len(p) >= _LITERAL_MIN}, key=len, reverse=True)
-
-
-def redact(text: str, url: Optional[str] = None) -> str:
-    """``text`` with every credential of a storage URL masked as ``***``: the userinfo's
-    password, password parameters, and (when ``url`` is given, or ``text`` is the URL) that
-    URL's passwords wherever they appear, if at least 6 characters long. Nothing else changes."""
-    text = str(text)
-    out = _PARAM.sub(r"\1***", _USERINFO.sub(r"\1***\3", text))
-    for password in _passwords(text if url is None else url):
-        out = out.replace(password, "***")
-    return out
-
-
-def redact_files(folder: Path) -> None:
-    """Mask credentials in files already written, such as the ``.hydra/*.yaml`` Hydra writes
-    with the command line before the run starts."""
-    for path in sorted(folder.glob("*.yaml")) if folder.is_dir() else []:
-        text = path.read_text()
-        masked = redact(text)
-        if masked != text:
-            path.write_text(masked)
-
-
 def default_storage(cwd: Path) -> str:
     return f"sqlite:///{(cwd / 'outputs' / 'autotune.db').resolve()}"
 
 
 def sqlite_path(url: str) -> Optional[Path]:
-    return Path(url[len("sqlite:///"):]) if url.startswith("sqlite:///") else None
+    """The file of a ``sqlite:///PATH`` URL, without its query (``?timeout=5``), which is not
+    part of the name (a lock file named after the whole URL once carried its password)."""
+    if not url.startswith("sqlite:///"):
+        return None
+    from sqlalchemy.engine import make_url
+
+    try:
+        database = make_url(url).database
+    except Exception:
+        database = None
+    return Path(database) if database else Path(url[len("sqlite:///"):].split("?", 1)[0])
 
 
 def check_sqlite(path: Path) -> None:
@@ -276,13 +243,13 @@ def open_study(name: str, url: str, sampler: Optional[optuna.samplers.BaseSample
     return study
 
 
-def check_readable(study: optuna.Study, url: str) -> None:
+def check_readable(study: optuna.Study, url: str) -> list:
     """Read the whole study once, so that a storage changed behind Optuna's back (a trial state
-    it does not know, an attribute that is not JSON) is one message now, not a traceback later."""
+    it does not know, an attribute that is not JSON) is one message now, not a traceback later;
+    returns its trials (``optuna_access.read_trials``), for a reader to use."""
     try:
         study.user_attrs  # noqa: B018 (read for its errors)
-        for trial in study.get_trials(deepcopy=False):
-            trial.user_attrs  # noqa: B018
+        return read_trials(study)
     except Exception as e:
         raise StorageError(f"study '{study.study_name}' in {redact(url)} is corrupt ({type(e).__name__}: "
                            f"{redact(str(e).splitlines()[0], url)}); it was left as it is: pass study_name=NEW_NAME "
