@@ -12,8 +12,8 @@ samples/s measured the way the trial measured them, so the two can be compared.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
+import sys
 import statistics
 import time
 
@@ -23,9 +23,9 @@ from autotune import Workload, load_tuned
 
 
 def build_workload(tuned, device: torch.device) -> Workload:
-    """The model best.yaml names, from the builder the trials used, with the same seed."""
-    module, _, name = (tuned.model.get("target") or "autotune.models.bert:build").partition(":")
-    builder = getattr(importlib.import_module(module), name)
+    """The model best.yaml names, from the builder the trials used, with the same seed (the
+    builder is imported only from a package this machine tuned or --trust names)."""
+    builder = tuned.model_builder()
     torch.manual_seed(0)
     return builder(device=str(device), seq_len=tuned.model.get("seq_len") or 128, **tuned.model.get("config", {}))
 
@@ -74,8 +74,16 @@ def main() -> None:
     parser.add_argument("best_yaml", help="a best.yaml written by python -m autotune")
     parser.add_argument("--steps", type=int, default=50, help="optimizer steps (default 50)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--trust", action="append", default=[], metavar="PACKAGE",
+                        help="import the model builder or optimizer best.yaml names from PACKAGE too (a tuned file "
+                             "names code; torch, torchao, autotune and the packages this machine tuned are trusted)")
     args = parser.parse_args()
-    tuned = load_tuned(args.best_yaml)
+    try:
+        tuned = load_tuned(args.best_yaml, trust=args.trust)
+        tuned.check_trust()  # the builder and optimizer it names, before anything is imported
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
     tuned.set_allocator()  # before CUDA starts
     device = torch.device(args.device)
     if device.type == "cuda" and tuned.limit_memory(device.index or 0) is not None:

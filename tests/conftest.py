@@ -1,12 +1,16 @@
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
+# The packages runs record as tuned (autotune/train/trust.py) go to a folder of the test
+# session's own, inherited by every process the tests start: no test writes into ~/.config.
+os.environ["AUTOTUNE_CONFIG_DIR"] = tempfile.mkdtemp(prefix="autotune-tests-config-")
 TEST_CONF = ROOT / "tests" / "conf"
 
 

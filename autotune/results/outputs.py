@@ -15,6 +15,7 @@ from autotune.study.plan import Plan
 from autotune.scoring.score import Baseline
 from autotune.train.optimizer import MODEL_STATE_DEFAULTS, changes_numerics
 from autotune.train.strategy import checkpoint_label
+from autotune.train.trust import record_tuned
 
 SUMMARY_COLUMNS = ["checkpointing", "precision", "micro_batch", "accumulation", "offload", "allocator",
                    *MODEL_STATE_DEFAULTS, "peak_memory_gib", "samples_per_s", "roi", "loss_parity"]
@@ -69,6 +70,8 @@ def write_outputs(run_dir: Path, plan: Plan, results: List[BudgetResult], comman
     written = []
     targets = [("best.yaml", primary)] + ([(f"best-{budget_label(r.budget_gib)}.yaml", r) for r in results]
                                          if len(results) > 1 else [])
+    if any(r.best is not None for _, r in targets):  # a tuned file names this code: trust it on this machine
+        record_tuned([plan.model_target, plan.optimizer.target])
     for name, r in targets:
         if r.best is not None:
             body = yaml.safe_dump(best_config(plan, r.scored.loc[r.best], r.baseline, command, r.budget_gib),

@@ -214,7 +214,8 @@ def _numbers(numbers, limit: int = 30) -> str:
 
 
 def _gib(v) -> Optional[str]:
-    return None if v is None else f"{v:g} GiB"
+    """A size read back from the study's record: a number as GiB, anything else as text."""
+    return None if v is None else f"{_num(v)} GiB"
 
 
 def _table(df: pd.DataFrame, percent: tuple = (), table_id: Optional[str] = None) -> str:

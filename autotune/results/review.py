@@ -120,27 +120,73 @@ def _default_roi() -> dict:
 
 TRIALS_COLUMNS = ("number", "status", "checkpointing", "precision", "micro_batch", "accumulation", "peak_memory_gib",
                   "samples_per_s")
+# Columns the run writes as numbers (pandas' to_csv: every digit of the float, or empty).
+NUMBER_COLUMNS = ("number", "micro_batch", "accumulation", "peak_memory_gib", "samples_per_s", "time_spread",
+                  "device_peak_gib", "peak_allocated_gib", "peak_reserved_gib", "cuda_context_gib", "roi",
+                  "memory_saved_gib", "job_hours", "samples_per_s_lo", "samples_per_s_hi", "loss_parity", "wall_s")
+
 
 def _read_trials_csv(path: Path) -> pd.DataFrame:
-    """A run's trials.csv, refused with the row and the fix when it is empty, not a table,
-    or cut short (an ok trial without its figures would otherwise be scored)."""
+    """A run's trials.csv, refused naming the line, the column and the fix when it is not the
+    whole file the run wrote: empty or header only, not text, cut short (the writer ends every
+    row with a newline, so a last line without one was cut, wherever inside it), a row with
+    fewer or more fields than the header, or a number column holding what is not a number."""
+    import csv
+    import io
+
     fix = "; rebuild it from the run's study (python -m autotune.report RUN_DIR/study.db) or rerun the command"
     try:
-        table = pd.read_csv(path)
-    except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as e:
-        raise ReviewError(f"{path}: not a trials table ({type(e).__name__}: {str(e).strip()}){fix}") from None
-    missing = [c for c in TRIALS_COLUMNS if c not in table.columns]
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ReviewError(f"{path}: not a trials table (not UTF-8 text: {e}){fix}") from None
+    if not text.strip():
+        raise ReviewError(f"{path}: empty, not a trials table{fix}")
+    if "\x00" in text:
+        raise ReviewError(f"{path}: not a trials table (it holds NUL bytes){fix}")
+    reader = csv.reader(io.StringIO(text))
+    try:
+        header = next(reader)
+        rows = [(reader.line_num, row) for row in reader]
+    except csv.Error as e:
+        raise ReviewError(f"{path}: not a trials table (line {reader.line_num}: {e}){fix}") from None
+    missing = [c for c in TRIALS_COLUMNS if c not in header]
     if missing:
         raise ReviewError(f"{path}: not an autotune trials table (no {', '.join(missing)} column){fix}")
+    if not rows:
+        raise ReviewError(f"{path}: the header and no trial: not what a run writes (every run that finishes a "
+                          f"trial writes its row){fix}")
+    if not text.endswith("\n"):
+        line, row = rows[-1]
+        raise ReviewError(f"{path}: line {line} is cut short inside column {header[min(len(row), len(header)) - 1]} "
+                          f"(the file ends without the newline the run writes after every row){fix}")
+    for line, row in rows:
+        if len(row) != len(header):
+            where = (f"column {header[len(row)]} and after are missing" if len(row) < len(header)
+                     else f"{len(row) - len(header)} field(s) more than the header")
+            raise ReviewError(f"{path}: line {line} has {len(row)} fields, the header {len(header)}: {where}{fix}")
+        for col in NUMBER_COLUMNS:
+            if col in header:
+                cell = row[header.index(col)]
+                if cell.strip() and not _is_number(cell):
+                    raise ReviewError(f"{path}: line {line}, column {col}: {cell[:40]!r} is not a number{fix}")
+    table = pd.read_csv(io.StringIO(text))
     ok = table["status"] == "ok"
     figures = table[["micro_batch", "accumulation", "peak_memory_gib", "samples_per_s"]].apply(pd.to_numeric,
                                                                                             errors="coerce")
-    broken = table[ok & ~(np.isfinite(figures).all(axis=1) & (figures > 0).all(axis=1))]
+    broken = table[ok & ~(np.isfinite(figures.astype(float)).all(axis=1) & (figures > 0).all(axis=1))]
     if len(broken):
-        rows = ", ".join(str(i + 2) for i in broken.index[:5])  # the file's line numbers (line 1: the header)
-        raise ReviewError(f"{path}: line(s) {rows}: an ok trial without a positive micro_batch, accumulation, "
-                          f"peak_memory_gib or samples_per_s (a file cut short?){fix}")
+        rows_at = ", ".join(str(rows[i][0]) for i in broken.index[:5])
+        raise ReviewError(f"{path}: line(s) {rows_at}: an ok trial without a positive micro_batch, accumulation, "
+                          f"peak_memory_gib or samples_per_s{fix}")
     return table
+
+
+def _is_number(cell: str) -> bool:
+    try:
+        float(cell)
+    except ValueError:
+        return False
+    return True
 
 
 def _settings_from_run_dir(run_dir: Path) -> dict:

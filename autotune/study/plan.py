@@ -21,6 +21,7 @@ from autotune.scoring.settings import Scoring
 from autotune.study.workers import visible_gpus, worker_count
 from autotune.search.space import SearchSpace, divisors, load_space
 from autotune.train.optimizer import OptimizerSpec, resolve
+from autotune.train.values import MAX_ACCUMULATION, gib_problem, is_positive, lr_problem
 
 
 class ConfigError(ValueError):
@@ -158,12 +159,7 @@ def _check_workers(value, device) -> List[str]:
 ISOLATIONS = ("fork", "fresh")
 
 
-MAX_ACCUMULATION = 4096
-
-
-def _positive(value) -> bool:
-    """A finite number > 0 (NaN and infinity are not)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+_positive = is_positive
 
 
 def _check_sequence(seq_len: int, micro_batch: int, model_config: dict, device) -> List[str]:
@@ -264,8 +260,8 @@ def make_plan(cfg: TuneConfig, overridden: frozenset = frozenset()) -> Plan:
     if not _positive(roi["workload_samples"]):
         problems.append(f"roi.workload_samples={roi['workload_samples']}: must be a finite number > 0 (samples the "
                         "whole job trains on); e.g. roi.workload_samples=1e8")
-    if not _positive(t.lr):
-        problems.append(f"trial.lr={t.lr}: a learning rate must be a finite number > 0; e.g. trial.lr=1e-4")
+    if lr_problem(t.lr):
+        problems.append(f"trial.lr={t.lr}: {lr_problem(t.lr)}")
     if not 0 <= t.seed < 2 ** 32:
         problems.append(f"trial.seed={t.seed}: a seed must be in [0, 2^32 - 1]; e.g. trial.seed=0")
 
@@ -278,10 +274,9 @@ def make_plan(cfg: TuneConfig, overridden: frozenset = frozenset()) -> Plan:
             budgets = [device.memory_gib]
         for b in ([] if raw is None else listed):
             where = f"budget_gib={raw}" + (f" ({b})" if is_list else "")
-            if isinstance(b, bool) or not isinstance(b, (int, float)) or not math.isfinite(b):
-                problems.append(f"{where}: not a finite number of GiB; e.g. budget_gib=24 or budget_gib=[16,24,40]")
-            elif b <= 0:
-                problems.append(f"{where}: must be > 0; e.g. budget_gib={int(device.memory_gib)} or leave it unset")
+            problem = gib_problem(b)
+            if problem:
+                problems.append(f"{where}: {problem} or budget_gib=[16,24,40], or leave it unset")
             elif b > device.memory_gib + 1e-9:
                 problems.append(f"{where}: above this device's memory ({device.memory_gib:.1f} GiB on "
                                 f"{device.name}); use a value <= {device.memory_gib:.1f} or leave it unset")

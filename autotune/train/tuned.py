@@ -22,7 +22,7 @@ import os
 import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Tuple
 
 import torch
 import yaml
@@ -31,11 +31,13 @@ from omegaconf.errors import OmegaConfBaseException
 
 from autotune.train.best_schema import BEST_FORMAT, BestConfig
 from autotune.train.exporters import hf_training_args, lightning_trainer_kwargs
-from autotune.train.optimizer import MODEL_STATE_DEFAULTS, OptimizerSpec
+from autotune.train import trust
+from autotune.train.optimizer import MODEL_STATE_DEFAULTS, OptimizerSpec, resolve
 from autotune.train.optimizer import build as build_optimizer
 from autotune.train.optimizer import unsupported as build_problem
 from autotune.train.strategy import (Strategy, allocator_env, apply_checkpointing, autocast_context, checkpoint_fraction,
                                forward_context, make_scaler, offload_context)
+from autotune.train.values import MAX_ACCUMULATION, count_problem, gib_problem, lr_problem
 from autotune.train.workload import find_blocks
 
 
@@ -51,6 +53,8 @@ class Tuned:
     lr: Optional[float] = None  # the learning rate the trials used (trial.lr), unless optimizer_spec sets one
     numerics: str = ""  # what changes training numerics, as best.yaml says
     loss_parity: Optional[float] = None
+    source: str = "the tuned config"  # where it was read, for messages
+    trust: Tuple[str, ...] = ()  # packages the caller trusts besides train/trust.py's defaults
 
     @property
     def checkpointing(self) -> str:
@@ -108,10 +112,24 @@ class Tuned:
         ``optimizer``), holding its state as tuned (8/4-bit, on the host, bf16 weights with
         stochastic rounding, fused). ``lr`` and ``kwargs`` override best.yaml's."""
         spec = replace(self.optimizer_spec, kwargs={**self.optimizer_spec.kwargs, **kwargs})
+        trust.check(spec.target, "optimizer.target", self.source, self.trust)  # before anything is imported
         why_not = build_problem(self.strategy, spec)
         if why_not:
             raise ValueError(f"the tuned optimizer cannot be built: {why_not}")
         return build_optimizer(params, self.strategy, spec, lr if lr is not None else (self.lr or 1e-3))
+
+    def check_trust(self) -> None:
+        """Raise ``trust.UntrustedTarget`` unless both the model builder and the optimizer this
+        file names come from trusted packages; imports nothing."""
+        trust.check(self.model.get("target") or "autotune.models.bert:build", "model.target", self.source, self.trust)
+        trust.check(self.optimizer_spec.target, "optimizer.target", self.source, self.trust)
+
+    def model_builder(self):
+        """The builder the trials built the model with (best.yaml's ``model.target``; BERT's when
+        it names none), imported only from a trusted package (``train/trust.py``)."""
+        target = self.model.get("target") or "autotune.models.bert:build"
+        trust.check(target, "model.target", self.source, self.trust)
+        return resolve(target)
 
     def autocast(self, device_type: Optional[str] = None):
         return autocast_context(self.precision, device_type or self.device_type)
@@ -176,19 +194,23 @@ def _offloaded(forward, device_type: str):
     return run
 
 
-def load_tuned(path) -> Tuned:
-    """Read a ``best.yaml`` (or the ``best.yaml`` of a run directory)."""
+def load_tuned(path, trust: Sequence[str] = ()) -> Tuned:
+    """Read a ``best.yaml`` (or the ``best.yaml`` of a run directory). It names code (the model
+    builder, the optimizer), imported only when asked for (``tuned.optimizer()``,
+    ``tuned.model_builder()``) and only from trusted packages: torch, torchao, autotune, those
+    this machine tuned, and ``trust`` (``train/trust.py``)."""
     path = Path(path)
     if path.is_dir():
         path = path / "best.yaml"
     try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as e:
-        raise ValueError(f"{path}: not a readable autotune best.yaml ({type(e).__name__}: {e})") from None
-    return tuned_from_dict(data, source=str(path))
+        data = yaml.safe_load(path.read_bytes().decode("utf-8"))
+    except (OSError, yaml.YAMLError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: not a readable autotune best.yaml ({type(e).__name__}: {e}); pass the best.yaml "
+                         "a run wrote (UTF-8 text)") from None
+    return tuned_from_dict(data, source=str(path), trust=trust)
 
 
-def tuned_from_dict(data, source: str = "the tuned config") -> Tuned:
+def tuned_from_dict(data, source: str = "the tuned config", trust: Sequence[str] = ()) -> Tuned:
     """A ``Tuned`` from best.yaml's content as a mapping: how a Hydra app that composes
     best.yaml as a config group gets it (``tuned_from_dict(OmegaConf.to_container(cfg.tuned))``)."""
     if not isinstance(data, dict) or not isinstance(data.get("strategy"), dict):
@@ -200,9 +222,28 @@ def tuned_from_dict(data, source: str = "the tuned config") -> Tuned:
         return ValueError(f"{source}: strategy.{key}={s.get(key)!r}: {why}; correct it or use the best.yaml "
                           "the run wrote")
 
-    for key in ("micro_batch", "accumulation"):  # 4.7 is not 4, and "4" is not a number
-        if isinstance(s.get(key), bool) or not isinstance(s.get(key), int) or s[key] < 1:
-            raise bad(key, "must be a whole number >= 1")
+    # The command line's own checks (train/values.py), so that what a file says is held to what
+    # a run accepts, and no exporter passes on a value a trainer would reject.
+    for key, maximum in (("micro_batch", None), ("accumulation", MAX_ACCUMULATION)):
+        problem = count_problem(s.get(key), f"strategy.{key}", maximum)
+        if problem:
+            raise bad(key, problem)
+    for key, check in (("global_batch", lambda v: count_problem(v, "global_batch")), ("budget_gib", gib_problem),
+                       ("memory_cap_gib", lambda v: gib_problem(v, "memory_cap_gib"))):
+        if data.get(key) is not None and check(data[key]):
+            raise ValueError(f"{source}: {key}={data[key]!r}: {check(data[key])}; correct it or use the best.yaml the "
+                             "run wrote")
+    if data.get("global_batch") is not None and data["global_batch"] != s["micro_batch"] * s["accumulation"]:
+        raise ValueError(f"{source}: global_batch={data['global_batch']} is not strategy.micro_batch x "
+                         f"strategy.accumulation ({s['micro_batch']} x {s['accumulation']}); correct it or use the "
+                         "best.yaml the run wrote")
+    opt = data.get("optimizer") if isinstance(data.get("optimizer"), dict) else {}
+    for key, value in (("optimizer.lr", opt.get("lr")),
+                       ("optimizer.kwargs.lr", (opt.get("kwargs") or {}).get("lr") if isinstance(opt.get("kwargs"), dict)
+                        else None)):
+        if value is not None and lr_problem(value, key):
+            raise ValueError(f"{source}: {key}={value!r}: {lr_problem(value, key)}; correct it or use the best.yaml "
+                             "the run wrote")
     for key in ("offload", "optimizer_offload"):  # "false" is a string, which Python would read as true
         if not isinstance(s.get(key, False), bool):
             raise bad(key, "must be true or false (unquoted)")
@@ -234,4 +275,5 @@ def tuned_from_dict(data, source: str = "the tuned config") -> Tuned:
                  memory_cap_gib=data.get("memory_cap_gib"),
                  optimizer_spec=OptimizerSpec(target=opt.get("target", "torch.optim.AdamW"),
                                               kwargs=dict(opt.get("kwargs") or {})),
-                 lr=opt.get("lr"), numerics=data.get("numerics") or "", loss_parity=data.get("loss_parity"))
+                 lr=opt.get("lr"), numerics=data.get("numerics") or "", loss_parity=data.get("loss_parity"),
+                 source=source, trust=tuple(trust))

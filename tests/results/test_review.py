@@ -246,15 +246,109 @@ def test_load_tuned_refuses_what_it_would_have_bent(tmp_path, key, value, messag
     assert str(path) in str(e.value) and message in str(e.value)
 
 
+@pytest.mark.parametrize("path,value,message", [
+    ("budget_gib", -16, "budget_gib=-16: must be > 0"),
+    ("budget_gib", float("nan"), "budget_gib=nan: not a finite number of GiB"),
+    ("memory_cap_gib", -1.0, "memory_cap_gib=-1.0: must be > 0"),
+    ("optimizer.lr", -1, "optimizer.lr=-1: a learning rate must be a finite number > 0"),
+    ("optimizer.kwargs.lr", float("inf"), "optimizer.kwargs.lr=inf: a learning rate must be a finite number > 0"),
+    ("strategy.accumulation", 10 ** 30, "strategy.accumulation=1000000000000000000000000000000: at most 4096"),
+    ("strategy.accumulation", 1e30, "strategy.accumulation=1e+30: must be a whole number >= 1"),
+    ("global_batch", 7, "global_batch=7 is not strategy.micro_batch x strategy.accumulation"),
+])
+def test_load_tuned_holds_a_file_to_the_command_lines_own_checks(run, tmp_path, path, value, message):
+    """Issue 28 item 7: values the command line refuses were loaded and exported
+    (learning_rate=-1.0, gradient_accumulation_steps=1e30); the checks are the CLI's own
+    functions (train/values.py), so the messages are the CLI's too."""
+    from autotune import load_tuned
+    from autotune.train.values import gib_problem, lr_problem
+
+    best = yaml.safe_load((run / "best.yaml").read_text())
+    node = best
+    *parents, last = path.split(".")
+    for key in parents:
+        node = node.setdefault(key, {})
+    node[last] = value
+    copy = tmp_path / "best.yaml"
+    copy.write_text(yaml.safe_dump(best))
+    with pytest.raises(ValueError) as e:
+        load_tuned(copy)
+    assert str(copy) in str(e.value) and message in str(e.value), str(e.value)
+    if "budget" in path or "cap" in path:
+        assert gib_problem(value).split(";")[0] in str(e.value)
+    if "lr" in path:
+        assert lr_problem(value, path) in str(e.value)
+
+
+def test_a_best_yaml_that_is_not_text_is_named_and_train_py_says_so_without_a_traceback(run, tmp_path):
+    """Issue 28 item 8: a non-UTF-8 best.yaml raised UnicodeDecodeError without the file's name."""
+    from autotune import load_tuned
+
+    bad = tmp_path / "best.yaml"
+    bad.write_bytes((run / "best.yaml").read_bytes() + b"\nnote: \xff\xfe\n")
+    with pytest.raises(ValueError, match="not a readable autotune best.yaml .*UnicodeDecodeError"):
+        load_tuned(bad)
+    out = subprocess.run([sys.executable, "examples/train.py", str(bad), "--steps", "1"], cwd=ROOT, env=trial_env(),
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2 and str(bad) in out.stderr and "Traceback" not in out.stderr, out.stderr
+
+
+def test_a_best_yaml_naming_code_of_an_untrusted_package_runs_nothing(run, tmp_path, monkeypatch):
+    """Issue 28 item 4: a tuned file names code (its builder, its optimizer). One passed on by
+    someone else, naming a package this machine never tuned, imports and runs nothing, in
+    examples/train.py (a real process) or through the API; the caller's trust= allows it."""
+    from autotune import load_tuned
+    from autotune.train.trust import UntrustedTarget
+
+    pkg, marker, victim = tmp_path / "hostile_pkg", tmp_path / "imported", tmp_path / "victim.txt"
+    pkg.mkdir()
+    victim.write_text("keep me")
+    (pkg / "__init__.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
+    (pkg / "boom.py").write_text(f"def build(**kwargs):\n    open({str(victim)!r}, 'w').close()\n\n\n"
+                                 "class Opt:\n    def __init__(self, *a, **k):\n        build()\n")
+    best = yaml.safe_load((run / "best.yaml").read_text())
+    env = {**trial_env(), "PYTHONPATH": os.pathsep.join([str(tmp_path), trial_env()["PYTHONPATH"]])}
+    for key, target in (("model", "os:truncate"), ("model", "hostile_pkg.boom:build"),
+                        ("optimizer", "hostile_pkg.boom.Opt")):
+        hostile = {**best, key: {**best[key], "target": target}}
+        path = tmp_path / f"best-{key}.yaml"  # the stdlib case is written over by the next
+        path.write_text(yaml.safe_dump(hostile))
+        out = subprocess.run([sys.executable, "examples/train.py", str(path), "--steps", "1"], cwd=ROOT, env=env,
+                             capture_output=True, text=True, timeout=300)
+        package = target.replace(":", ".").split(".")[0]
+        assert out.returncode == 2 and f"--trust {package}" in out.stderr, out.stdout + out.stderr
+        assert f"{key}.target='{target}'" in out.stderr and "Traceback" not in out.stderr
+    monkeypatch.syspath_prepend(str(tmp_path))  # importable here: only the refusal stands in the way
+    tuned = load_tuned(tmp_path / "best-optimizer.yaml")
+    import torch
+
+    with pytest.raises(UntrustedTarget, match="optimizer.target='hostile_pkg.boom.Opt'"):
+        tuned.optimizer([torch.nn.Parameter(torch.zeros(1))])
+    with pytest.raises(UntrustedTarget, match="model.target='hostile_pkg.boom:build'"):
+        load_tuned(tmp_path / "best-model.yaml").model_builder()
+    assert not marker.exists() and victim.read_text() == "keep me"  # nothing was imported, nothing ran
+    assert load_tuned(tmp_path / "best-model.yaml", trust=["hostile_pkg"]).model_builder() is not None
+    assert marker.exists()  # the caller's trust= is what lets it in
+    # What this machine tuned is trusted without being named: the run recorded its builder's package.
+    assert load_tuned(run / "best.yaml").model_builder() is not None
+
+
 def test_show_and_report_refuse_a_cut_short_empty_or_garbage_trials_csv(run, tmp_path):
     """Issue 13, lax readers: a truncated row was scored as ok (the best changed); empty,
     garbage and short files raised raw tracebacks."""
     text = (run / "trials.csv").read_text()
     lines = text.splitlines()
-    cases = {"cut": "\n".join(lines[:-1] + [lines[-1][:40]]) + "\n",  # the last row cut mid-line
-             "empty": "", "garbage": "\x00\x01 not, a\ntable\"\n\"", "short": lines[0].split(",")[0] + "\n1\n"}
-    messages = {"cut": "an ok trial without a positive", "empty": "not a trials table",
-                "garbage": "not", "short": "not an autotune trials table"}
+    header = lines[0].split(",")
+    last = lines[-1]
+    sps = last.split(",")[header.index("samples_per_s")]  # the issue's case: 196.14 cut to 19
+    cut_at = last.index("," + sps + ",") + 1 + len(sps) // 2
+    cases = {"cut": "\n".join(lines[:-1] + [last[:40]]) + "\n",  # the last row cut mid-line, a newline added
+             "cut-in-number": "\n".join(lines[:-1] + [last[:cut_at]]),  # as a cut file ends: inside a number
+             "empty": "", "garbage": "\x00\x01 not, a\ntable\"\n\"", "short": lines[0].split(",")[0] + "\n1\n",
+             "header-only": lines[0] + "\n", "not-a-number": "\n".join(lines[:-1] + [last.replace(sps, "1e", 1)]) + "\n"}
+    messages = {"cut": f"line {len(lines)} has", "cut-in-number": f"line {len(lines)} is cut short inside column samples_per_s",
+                "empty": "not a trials table", "garbage": "not", "short": "not an autotune trials table",
+                "header-only": "the header and no trial", "not-a-number": f"line {len(lines)}, column samples_per_s: '1e'"}
     for name, content in cases.items():
         copy = tmp_path / name
         shutil.copytree(run, copy)
@@ -265,6 +359,36 @@ def test_show_and_report_refuse_a_cut_short_empty_or_garbage_trials_csv(run, tmp
             assert out.returncode == 2, (name, module, out.stdout + out.stderr)
             assert "Traceback" not in out.stderr and str(copy / "trials.csv") in out.stderr, out.stderr
             assert messages[name] in out.stderr, (name, out.stderr)
+    # Issue 28 item 3: wherever the file is cut inside its last row, it is refused, not scored.
+    from autotune.results.review import ReviewError, _read_trials_csv
+
+    path = tmp_path / "cut-anywhere.csv"
+    for end in range(len(text) - len(last), len(text)):  # 1 character of the last row .. all but its newline
+        path.write_text(text[:end])
+        with pytest.raises(ReviewError, match=r"line \d+ (is cut short|has \d+ fields)|the header and no trial"):
+            _read_trials_csv(path)
+
+
+def test_report_metadata_of_the_wrong_type_is_shown_as_text_not_a_traceback(run, tmp_path):
+    """Issue 28 item 8: a study whose recorded device_memory_gib is not a number broke the
+    report's format code; every field of the run's record is read back as whatever it is."""
+    import optuna
+
+    from autotune.results.review import SETTINGS_ATTR
+
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    url = f"sqlite:///{copy / 'study.db'}"
+    (name,) = optuna.get_all_study_names(url)
+    study = optuna.load_study(study_name=name, storage=url)
+    settings = study.user_attrs[SETTINGS_ATTR]
+    settings["meta"].update(device_memory_gib="lots", memory_cap_gib="some", seq_len={"a": 1}, torch=[2],
+                            reductions="x", driver=3.5, device_name=None)
+    study.set_user_attr(SETTINGS_ATTR, settings)
+    for module in ("autotune.show", "autotune.report"):
+        out = cli(module, copy, *(["--out", tmp_path / "page"] if module == "autotune.report" else []))
+        assert out.returncode == 0 and "Traceback" not in out.stderr, out.stdout + out.stderr
+    assert "lots GiB" in (tmp_path / "page" / "report.html").read_text()
 
 
 @pytest.mark.parametrize("key,value,message", [
