@@ -34,6 +34,9 @@ def main(argv=None) -> int:
             "budget_gib": reviewed.scoring.primary_budget, "objective": reviewed.scoring.objective}
     primary = results[0]
     meta["why"] = primary.why if primary.best is not None else None
+    meta["left_out"] = reviewed.left_out
+    if reviewed.left_out:
+        print(reviewed.left_out)
     path = write_report(out, scored_for_report(results), primary.best, primary.baseline, meta,
                         budgets_table(results) if len(results) > 1 else None)
     print(summary(primary.scored, primary.best, reviewed.scoring.objective, meta["why"]))

@@ -55,6 +55,8 @@ def main(argv=None) -> int:
     print(f"{reviewed.source}" + (f" (study '{reviewed.study_name}')" if reviewed.study_name else "")
           + f": {len(reviewed.table)} trials (" + ", ".join(f"{n} {s}" for s, n in counts.items())
           + f"), global batch {reviewed.scoring.global_batch}; the run's objective: {reviewed.scoring.objective}")
+    if reviewed.left_out:
+        print(reviewed.left_out)
     print("\n".join(best_lines(reviewed, args.budget)))
     return 0
 

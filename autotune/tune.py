@@ -16,7 +16,8 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from autotune.store.claims import MAX_CUTS, given_up, params_of
 from autotune.study.driver import SEARCH_END_ATTR, IsolationError, ModelBuildError, run_study
-from autotune.store.table import trials_table
+from autotune.store.table import left_out_note, trials_table
+from autotune.study.config import added_key_problems
 from autotune.study.plan import ConfigError, Plan, make_plan
 from autotune.results.page import write_report
 from autotune.results.outputs import summary, write_outputs
@@ -99,18 +100,55 @@ def _with_environment(cfg):
     return cfg
 
 
-def _raise_interrupt(signum, frame):
-    raise KeyboardInterrupt(f"signal {signum}")
+class _StopOnce:
+    """SIGINT and SIGTERM during a run: the first stops it (a KeyboardInterrupt where it
+    arrives: the running trial is killed and recorded, then the outputs of what finished are
+    written); the ones after it are held, said once, and change nothing. A second interrupt
+    raised inside the handling of the first once ended the run with a traceback, no report,
+    and, one time in four, a trial that readers could not decode (issue 28)."""
+
+    def __init__(self):
+        self.count = 0
+        self.previous = {}
+
+    def __call__(self, signum, frame):
+        self.count += 1
+        if self.count == 1:
+            raise KeyboardInterrupt(f"signal {signum}")
+        if self.count == 2:  # os.write: a handler may run inside logging's own lock
+            os.write(2, b"stopping already: writing the outputs of the trials that finished "
+                        b"(kill -9 ends it at once; the same command resumes)\n")
+
+    def __enter__(self):
+        self.previous = {s: signal.signal(s, self) for s in (signal.SIGINT, signal.SIGTERM)}
+        return self
+
+    def __exit__(self, *exc):
+        for s, handler in self.previous.items():
+            signal.signal(s, handler)
 
 
 def tune(cfg: DictConfig, run_dir: Path, overrides=(), hydra_overrides=()) -> int:
     """Run the whole loop; returns the process exit code. ``hydra_overrides`` (hydra.*
     settings such as a search path) are passed on to the other workers."""
+    with _StopOnce():
+        try:
+            return _tune(cfg, run_dir, overrides, hydra_overrides)
+        except KeyboardInterrupt:  # outside a trial and the outputs (a config check, a moment between)
+            log.info("interrupted: no outputs were written; the trials that finished (if any) are in the study, and "
+                     "the same command resumes it and writes them")
+            return 130
+
+
+def _tune(cfg: DictConfig, run_dir: Path, overrides, hydra_overrides) -> int:
     optuna.logging.set_verbosity(optuna.logging.ERROR)
+    added = added_key_problems(overrides)
     try:
         plan = make_plan(_with_environment(OmegaConf.to_object(cfg)), _overridden_keys(overrides))
+        if added:
+            raise ConfigError(added)
     except ConfigError as e:
-        log.error(str(e))
+        log.error(str(ConfigError(added + [p for p in e.problems if p not in added])))
         return 2
     except OmegaConfBaseException as e:  # a missing mandatory value, for example
         hint = ("; for model=custom pass model.target=package.module:build" if "target" in str(e)
@@ -130,7 +168,6 @@ def tune(cfg: DictConfig, run_dir: Path, overrides=(), hydra_overrides=()) -> in
         log.info(dry_run_text(plan))
         return 0
     interrupted = False
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)  # SIGTERM cleans up like Ctrl-C
     others = []
     try:
         if plan.workers > 1:
@@ -160,12 +197,14 @@ def tune(cfg: DictConfig, run_dir: Path, overrides=(), hydra_overrides=()) -> in
         log.error(f"cannot write {e.filename or run_dir} ({e.strerror or e}): free space or make it writable; the "
                   f"trials that finished are in study '{plan.study_name}', and the same command resumes it")
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # the first stop; later ones are held by _StopOnce
         interrupted = True
         stop_workers(others)
-        study = open_study(plan.study_name, storage, None)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+        try:
+            study = open_study(plan.study_name, storage, None)
+        except StorageError as e:
+            log.error(f"interrupted, and {e}")
+            return 130
     meta = {"model": plan.model_name, "device_name": plan.device.name, "global_batch": plan.global_batch,
             "seq_len": plan.seq_len, "budget_gib": plan.budget_gib, "budgets": plan.budgets,
             "memory_cap_gib": plan.memory_cap_gib, "objective": plan.objective,
@@ -189,6 +228,9 @@ def _write_outputs(plan: Plan, study, run_dir: Path, storage: str, meta: dict, c
         record_settings(study, plan.scoring, meta)
         snapshot(study, run_dir / "study.db")
         table = trials_table(study)
+        meta["left_out"] = left_out_note(table)
+        if meta["left_out"]:
+            log.warning(meta["left_out"])
         if table.empty:
             log.error("no trial finished")
             return 130 if interrupted or stops else 1
@@ -202,7 +244,10 @@ def _write_outputs(plan: Plan, study, run_dir: Path, storage: str, meta: dict, c
         files = write_outputs(run_dir, plan, results, command)
     interrupted = interrupted or bool(stops)
     if plan.profile and primary.best is not None and not interrupted:
-        trace = profile_best(plan, scored.loc[primary.best], run_dir)
+        try:
+            trace = profile_best(plan, scored.loc[primary.best], run_dir)
+        except KeyboardInterrupt:  # the profile is extra: the report is still written
+            trace, interrupted = None, True
         if trace is not None:
             meta["profile"] = str(trace.relative_to(run_dir))
     with signals_deferred() as stops:

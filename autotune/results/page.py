@@ -277,6 +277,8 @@ def write_report(run_dir: Path, scored: pd.DataFrame, best: Optional[int], basel
     if meta.get("search_end"):
         best_html += f"<p class='search-end'><b>Search</b>: {esc(meta['search_end'])}.</p>"
     notes = [f"Baseline (none / fp32 / micro_batch = global batch): {esc(baseline.note)}."]
+    if meta.get("left_out"):
+        notes.append(esc(meta["left_out"]) + ".")
     if meta.get("memory_cap_gib"):
         notes.append(f"Every trial ran with its CUDA allocator capped to {_num(meta['memory_cap_gib'])} GiB less its CUDA "
                      "context (torch.cuda.set_per_process_memory_fraction), as on a card of that size; a trial fits a "

@@ -24,7 +24,7 @@ import yaml
 from autotune.scoring.budgets import BudgetResult, budget_label, per_budget
 from autotune.scoring.settings import Scoring, ScoringError
 from autotune.store.storage import StorageError, check_readable, open_read_only, redact, storage_failure
-from autotune.store.table import trials_table
+from autotune.store.table import left_out_note, trials_table
 
 SETTINGS_ATTR = "autotune"
 
@@ -45,6 +45,7 @@ class Reviewed:
     scoring: Scoring  # as the run scored it
     meta: dict = field(default_factory=dict)
     run_dir: Optional[Path] = None
+    left_out: str = ""  # the trials the table left out, named (store/table.py)
 
     def results(self, objective: Optional[str] = None, budgets: Optional[List[float]] = None) -> List[BudgetResult]:
         return per_budget(self.table, self.scoring.but(budgets=budgets, objective=objective))
@@ -251,7 +252,7 @@ def open_reviewed(path: str, study_name: Optional[str] = None) -> Reviewed:
                           "study and stores them again)") from None
     meta = settings.get("meta")
     return Reviewed(source=source, study_name=name, table=table, scoring=scoring,
-                    meta=meta if isinstance(meta, dict) else {}, run_dir=run_dir)
+                    meta=meta if isinstance(meta, dict) else {}, run_dir=run_dir, left_out=left_out_note(table))
 
 
 def scored_for_report(results: List[BudgetResult]) -> pd.DataFrame:

@@ -15,7 +15,7 @@ import math
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, Iterable, List, Optional
 
 import yaml
 
@@ -123,14 +123,25 @@ def load_space_file(path: str, problems: List[str]) -> Optional[dict]:
     return data
 
 
-def load_space(group: dict, problems: List[str]) -> Optional[SearchSpace]:
+def load_space(group: dict, problems: List[str], overridden: Iterable[str] = ()) -> Optional[SearchSpace]:
     """Check the composed ``search_space`` group, or the file its ``path`` names; append every
-    problem found to ``problems``."""
+    problem found to ``problems``. ``overridden``: the keys set on the command line; with a
+    file, those of the group (``search_space.micro_batch.max=8``) apply over the file's, and are
+    checked as the file's are (they were once ignored, unchecked)."""
     if group.get("path"):
         data = load_space_file(str(group["path"]), problems)
         if data is None:
             return None
-        source = Path(str(group["path"])).name
+        given = [k for k in overridden if k.startswith("search_space.") and k != "search_space.path"]
+        for key in given:
+            dim, _, bound = key.removeprefix("search_space.").partition(".")
+            if dim == "micro_batch" and bound in ("min", "max"):
+                bounds = data.get("micro_batch") if isinstance(data.get("micro_batch"), dict) else {}
+                data["micro_batch"] = {**bounds, bound: (group.get("micro_batch") or {}).get(bound)}
+            elif dim in SPACE_KEYS and not bound:
+                data[dim] = group.get(dim)
+        source = Path(str(group["path"])).name + (f" with the command line's {', '.join(sorted(given))}" if given
+                                                   else "")
     else:
         data = {k: v for k, v in group.items() if k not in ("name", "path")}
         source = f"search_space={group.get('name')}"

@@ -206,6 +206,8 @@ def recover(study: optuna.Study) -> List[dict]:
         if key not in pending and all(cut_short(t) for t in tried) and sum(map(_driver_cut, tried)) < MAX_CUTS:
             last = max(tried, key=lambda t: t.number)
             params = {k: v for k, v in key if k != "repeat"}
+            if not params:  # cut before a sampler chose its configuration: nothing to retry, it samples again
+                continue
             attrs = {"retry_of": last.number}
             if last.user_attrs.get("repeat"):
                 attrs.update(repeat=last.user_attrs["repeat"], repeat_of=last.user_attrs.get("repeat_of"))

@@ -11,12 +11,13 @@ from typing import Optional
 import optuna
 import pandas as pd
 
-from autotune.store.claims import cut_short, is_duplicate
+from autotune.store.claims import cut_short, is_duplicate, params_of
 from autotune.store.optuna_access import read_trials
 
 REFERENCE_ATTR = "reference_losses"  # study attribute: {trial number: the plain optimizer's losses}
 MEMORY_AGREEMENT = 0.02  # runs of one configuration whose peaks differ by more are flagged
 
+CONFIGURATION_KEYS = ("checkpointing", "precision", "micro_batch")  # a row without these cannot be read
 # Columns every trials table starts with; the rest follow in the order first seen.
 LEAD_COLUMNS = ["number", "status", "checkpointing", "precision", "micro_batch", "accumulation", "offload",
                 "allocator", "peak_memory_gib", "samples_per_s", "time_spread", "cause"]
@@ -34,11 +35,16 @@ def trials_table(study: optuna.Study, trials: Optional[list] = None) -> pd.DataF
     speed only when no quiet run exists; the row is ``contended`` only then. ``trials``: the
     study's trials where the caller has read them already.
     """
-    rows, repeats = [], {}
+    rows, repeats, left_out = [], {}, []
     for t in (read_trials(study) if trials is None else trials):
         if not t.state.is_finished() or is_duplicate(t):
             continue
-        row = {"number": t.number, **t.params, **t.user_attrs}
+        params = params_of(t)  # a trial cut short before its parameters were set still has its queued ones
+        if not all(k in params for k in CONFIGURATION_KEYS):
+            left_out.append(f"trial {t.number} ({t.user_attrs.get('status') or t.state.name.lower()}: "
+                            f"{t.user_attrs.get('cause') or 'no cause recorded'}) holds no configuration")
+            continue
+        row = {"number": t.number, **params, **t.user_attrs}
         row.setdefault("status", "crash" if t.state == optuna.trial.TrialState.FAIL else "unknown")
         row["retry_of"] = t.user_attrs.get("retry_of")
         if t.user_attrs.get("repeat"):
@@ -63,7 +69,20 @@ def trials_table(study: optuna.Study, trials: Optional[list] = None) -> pd.DataF
         df[col] = pd.to_numeric(df[col], errors="coerce")
     df = df.drop(columns=[c for c in ("owner", "heartbeat", "repeat", "repeat_of") if c in df.columns])
     rest = [c for c in df.columns if c not in LEAD_COLUMNS]
-    return df[LEAD_COLUMNS + rest].sort_values("number").reset_index(drop=True)
+    df = df[LEAD_COLUMNS + rest].sort_values("number").reset_index(drop=True)
+    df.attrs["left_out"] = left_out
+    return df
+
+
+def left_out_note(table: pd.DataFrame) -> str:
+    """A line naming the finished trials ``trials_table`` left out (cut short before they had a
+    configuration), or ""."""
+    left = table.attrs.get("left_out") or []
+    if not left:
+        return ""
+    return (f"{len(left)} trial(s) left out, cut short before their configuration was recorded (nothing was "
+            f"measured; the configuration is measured again): " + "; ".join(left[:10])
+            + (f"; and {len(left) - 10} more" if len(left) > 10 else ""))
 
 
 def _fold_repeats(row: dict, extra: list) -> None:

@@ -141,6 +141,56 @@ GROUPS = {
 }
 
 
+# Mappings whose keys are the user's own: a builder's keyword arguments (model.config, and
+# what a CPU run changes of them) and the optimizer's (optimizer.momentum=0.9). A key added
+# anywhere else would be read by nothing.
+OPEN_KEYS = ("model.config", "model.cpu.config", "optimizer")
+
+
+def schema_keys() -> List[str]:
+    """Every key of the schema, dotted (``roi.memory_price_per_gib_hour``)."""
+    import dataclasses
+    import typing
+
+    keys: List[str] = []
+
+    def walk(cls, prefix: str):
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            keys.append(prefix + f.name)
+            if dataclasses.is_dataclass(hints[f.name]):
+                walk(hints[f.name], prefix + f.name + ".")
+
+    walk(TuneConfig, "")
+    return keys
+
+
+def added_key_problems(overrides) -> List[str]:
+    """``+key=value`` overrides that add a key autotune does not read (Hydra accepts them, and
+    the run would go on without the value: ``+roi.memory_price=5`` for
+    ``roi.memory_price_per_gib_hour``), each with the nearest known key. Allowed: a config
+    group (``+experiment=NAME``), Hydra's own keys, known keys (``++budget_gib=4``) and keys under
+    ``OPEN_KEYS``."""
+    import difflib
+
+    known = schema_keys()
+    problems = []
+    for override in overrides:
+        if not override.startswith("+"):
+            continue
+        key = override.lstrip("+").split("=", 1)[0].strip()
+        if (key in GROUPS or key in known or key.startswith("hydra.")
+                or any(key.startswith(prefix + ".") for prefix in OPEN_KEYS)):
+            continue
+        near = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+        problems.append(f"{override}: adds a key autotune does not read ({key}), so the run would go on without "
+                        f"it; " + (f"did you mean {near[0]}? Set it without '+'" if near else
+                                   "autotune --help lists every key")
+                        + f". New keys are taken only under {', '.join(k + '.*' for k in OPEN_KEYS)} (a builder's "
+                          "or optimizer's own keyword arguments)")
+    return problems
+
+
 def _group_defaults() -> Dict[str, Optional[str]]:
     import yaml
 

@@ -184,6 +184,21 @@ def measure_queue(study: optuna.Study, plan: Plan, run_dir: Path, search=None, s
 
 def _measure(study, trial: optuna.Trial, plan: Plan, run_dir: Path, choices: dict, on_trial, runner, of,
              eta: Callable[[], str] = lambda: "") -> None:
+    try:
+        result, strategy = _run_one(study, trial, plan, run_dir, choices, on_trial, runner)
+        _record(study, trial, plan, run_dir, result, strategy, on_trial, of, eta)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM, anywhere in it: recorded cut short, retried on resume
+        try:
+            trial.set_user_attr("status", "interrupted")
+            trial.set_user_attr("cause", "the driver was interrupted while this trial ran")
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            pass  # it was told its result just before the stop: it stands
+        raise
+
+
+def _run_one(study, trial: optuna.Trial, plan: Plan, run_dir: Path, choices: dict, on_trial, runner) -> tuple:
+    """(the result, the strategy) of one claimed trial: skipped, pruned, or run in a process."""
     # A configuration of an activation-only space has no model-state keys (space.canonical)
     given = set(trial.params) | set(fixed_params(storage_of(study).get_trial(trial_id(trial))))
     params = {name: trial.suggest_categorical(name, choices[name]) for name in choices
@@ -201,16 +216,16 @@ def _measure(study, trial: optuna.Trial, plan: Plan, run_dir: Path, choices: dic
                            f"trial {smaller.number}"}
     else:
         trial_dir = run_dir / "trials" / f"{trial.number:03d}"
-        try:
-            with Heartbeat(study, trial_id(trial)), Ticker(on_trial, trial_dir, f"trial {trial.number} "
-                                                             f"({strategy.label().strip()})"):
-                result = runner(trial_spec(plan, strategy), trial_dir, plan.timeout_s,
-                                env=allocator_env(strategy.allocator))
-        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the trial was killed; retried on resume
-            trial.set_user_attr("status", "interrupted")
-            trial.set_user_attr("cause", "the driver was interrupted while this trial ran")
-            study.tell(trial, state=optuna.trial.TrialState.FAIL)
-            raise
+        with Heartbeat(study, trial_id(trial)), Ticker(on_trial, trial_dir, f"trial {trial.number} "
+                                                         f"({strategy.label().strip()})"):
+            result = runner(trial_spec(plan, strategy), trial_dir, plan.timeout_s,
+                            env=allocator_env(strategy.allocator))
+    return result, strategy
+
+
+def _record(study, trial: optuna.Trial, plan: Plan, run_dir: Path, result: dict, strategy: Strategy, on_trial, of,
+            eta) -> None:
+    """Store a trial's result, say it, and stop the study where the result says it must."""
     for k, v in _flat_attrs(result).items():
         trial.set_user_attr(k, v)
     done, planned = _counts(study)

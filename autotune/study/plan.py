@@ -291,7 +291,7 @@ def make_plan(cfg: TuneConfig, overridden: frozenset = frozenset()) -> Plan:
     memory_cap = max(budgets) if capped and budgets else None
 
     group = cfg.search_space
-    space = load_space(asdict(group) if is_dataclass(group) else OmegaConf.to_container(group), problems)
+    space = load_space(asdict(group) if is_dataclass(group) else OmegaConf.to_container(group), problems, overridden)
     space_name = Path(cfg.search_space.path).stem if cfg.search_space.path else cfg.search_space.name
     micro_batches: List[int] = []
     if space is not None and global_batch >= 1:
