@@ -229,6 +229,29 @@ def test_repeated_interrupts_at_random_moments_never_poison_the_study(tmp_path):
         assert f"trial {number} (" in shown.stdout, shown.stdout
 
 
+def test_a_trial_without_parameters_is_named_and_left_out_by_every_reader_and_the_resumed_run(tmp_path):
+    """Issue 28 item 1: a trial left FAIL with no parameters (a stop between Optuna's ask and
+    the first suggest) made every later run, report and resume die with checkpointing=nan."""
+    db = tmp_path / "studies.db"
+    args = faulty(tmp_path, f"storage=sqlite:///{db}", space=space_file(tmp_path, "[none]", 2, 4))
+    assert run_cli(tmp_path / "run1", *args).returncode == 0
+    st = make_storage(f"sqlite:///{db}")
+    (name,) = optuna.get_all_study_names(st)
+    study = optuna.load_study(study_name=name, storage=st)
+    study.add_trial(optuna.trial.create_trial(state=optuna.trial.TrialState.FAIL, params={}, distributions={},
+                                              user_attrs={"status": "crash", "cause": "the driver stopped while "
+                                                          "this trial ran"}))
+    poisoned = len(study.trials) - 1
+    named = f"trial {poisoned} (crash: the driver stopped while this trial ran) holds no configuration"
+    for reader in ("autotune.show", "autotune.report"):
+        r = subprocess.run([sys.executable, "-m", reader, str(db)], cwd=ROOT, env=trial_env(), capture_output=True,
+                           text=True, timeout=120)
+        assert r.returncode == 0 and named in r.stdout and "Traceback" not in r.stderr, r.stdout + r.stderr
+    again = run_cli(tmp_path / "run2", *args)
+    assert again.returncode == 0 and "resuming study" in again.stdout, again.stdout + again.stderr
+    assert named in again.stdout + again.stderr and named in (tmp_path / "run2" / "report.html").read_text()
+
+
 @pytest.mark.parametrize("storage", ["journal", "sqlite"])
 def test_two_drivers_on_one_study_measure_each_configuration_once(tmp_path, storage):
     url = f"journal:{tmp_path / 'studies.log'}" if storage == "journal" else f"sqlite:///{tmp_path / 'studies.db'}"
