@@ -32,6 +32,19 @@ def run(tmp_path_factory):
     return run_dir
 
 
+def copied_study(run, copy):
+    """A copy of the run directory, its study and the settings the run recorded in it."""
+    import optuna
+
+    from autotune.results.review import SETTINGS_ATTR
+
+    shutil.copytree(run, copy)
+    url = f"sqlite:///{copy / 'study.db'}"
+    (name,) = optuna.get_all_study_names(url)
+    study = optuna.load_study(study_name=name, storage=url)
+    return study, study.user_attrs[SETTINGS_ATTR]
+
+
 def test_show_prints_the_best_per_objective_and_budget_of_a_run(run):
     out = cli("autotune.show", run)
     assert out.returncode == 0, out.stderr
@@ -372,16 +385,10 @@ def test_show_and_report_refuse_a_cut_short_empty_or_garbage_trials_csv(run, tmp
 def test_report_metadata_of_the_wrong_type_is_shown_as_text_not_a_traceback(run, tmp_path):
     """Issue 28 item 8: a study whose recorded device_memory_gib is not a number broke the
     report's format code; every field of the run's record is read back as whatever it is."""
-    import optuna
-
     from autotune.results.review import SETTINGS_ATTR
 
     copy = tmp_path / "run"
-    shutil.copytree(run, copy)
-    url = f"sqlite:///{copy / 'study.db'}"
-    (name,) = optuna.get_all_study_names(url)
-    study = optuna.load_study(study_name=name, storage=url)
-    settings = study.user_attrs[SETTINGS_ATTR]
+    study, settings = copied_study(run, copy)
     settings["meta"].update(device_memory_gib="lots", memory_cap_gib="some", seq_len={"a": 1}, torch=[2],
                             reductions="x", driver=3.5, device_name=None)
     study.set_user_attr(SETTINGS_ATTR, settings)
@@ -398,19 +405,38 @@ def test_report_metadata_of_the_wrong_type_is_shown_as_text_not_a_traceback(run,
     ("roi", {"memory_price_per_gib_hour": -1}, "needs finite prices >= 0 and workload_samples > 0"),
 ])
 def test_settings_read_back_from_a_study_are_checked_like_the_command_line(run, tmp_path, key, value, message):
-    import optuna
-
     from autotune.results.review import SETTINGS_ATTR
 
     copy = tmp_path / "run"
-    shutil.copytree(run, copy)
-    url = f"sqlite:///{copy / 'study.db'}"
-    (name,) = optuna.get_all_study_names(url)
-    study = optuna.load_study(study_name=name, storage=url)
-    settings = study.user_attrs[SETTINGS_ATTR]
+    study, settings = copied_study(run, copy)
     settings[key] = value
     study.set_user_attr(SETTINGS_ATTR, settings)
     for module in ("autotune.show", "autotune.report"):
         out = cli(module, copy)
         assert out.returncode == 2 and "Traceback" not in out.stderr, out.stdout + out.stderr
         assert message in out.stderr and str(copy / "study.db") in out.stderr, out.stderr
+
+
+def test_a_study_of_5000_trials_is_read_and_reported_in_full_by_real_processes(tmp_path):
+    """Issue 28 item 9, in real processes (the times are bench/scale.py's to check, not a
+    test's): show and report read a 5,000-trial study, the page stays under 3 MB (it was 15 MB)
+    with one mark per trial up to the detail limit and the rest drawn per group."""
+    import importlib.util
+
+    from autotune.results.plot_style import DETAIL_LIMIT
+
+    spec = importlib.util.spec_from_file_location("scale", ROOT / "bench" / "scale.py")
+    scale = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(scale)
+    db = tmp_path / "study.db"
+    scale.build_study(db, 5000)
+    shown = cli("autotune.show", db)
+    assert shown.returncode == 0 and "4998 trials" in shown.stdout, shown.stdout + shown.stderr
+    out = cli("autotune.report", db, "--out", tmp_path / "page")
+    assert out.returncode == 0, out.stdout + out.stderr
+    page = (tmp_path / "page" / "report.html").read_text()
+    assert len(page.encode()) < 3e6
+    assert page.count('class="trial-point"') <= 2 * DETAIL_LIMIT  # the Pareto plot and the ROI plot
+    crowd = sum(int(n) for n in re.findall(r'class="trial-crowd"[^>]*data-count="(\d+)"', page))
+    assert crowd > 4000  # every ok trial is drawn: the rest in their groups' shapes
+    assert f"{DETAIL_LIMIT} of the 4998 trials" in page
