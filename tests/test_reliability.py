@@ -133,7 +133,8 @@ def _wait_for_finished(db, n, proc, limit=240):
 def _check_complete(db):
     trials = study_trials(db)
     assert not [t for t in trials if t.state == optuna.trial.TrialState.RUNNING]
-    ok = [(t.params["checkpointing"], t.params["micro_batch"]) for t in trials if t.user_attrs.get("status") == "ok"]
+    ok = [(t.params["checkpointing"], t.params["micro_batch"]) for t in trials
+          if t.user_attrs.get("status") == "ok" and not t.user_attrs.get("repeat")]  # a loaded machine re-measures
     assert sorted(ok) == sorted((c, m) for c in ("none", "full") for m in (1, 2, 4))  # each exactly once
     return trials
 
@@ -201,8 +202,10 @@ def test_repeated_interrupts_at_random_moments_never_poison_the_study(tmp_path):
         out, _ = proc.communicate(timeout=240)
         history.append((delays, proc.returncode))
         assert "Traceback" not in out, (history, out)
-        assert proc.returncode in (0, 130), (history, out)
-        if proc.returncode == 130:
+        # -SIGINT: a later signal that lands as the interpreter exits, after Python has given the
+        # signal back to the system (its last line is said by then); never mid-run.
+        assert proc.returncode in (0, 130, -signal.SIGINT), (history, out)
+        if proc.returncode != 0:
             assert "interrupted" in out, (history, out)
         if (run / "report.html").exists():  # outputs written: each whole
             assert (run / "report.html").read_text().rstrip().endswith("</html>"), history

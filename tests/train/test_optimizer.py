@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 from autotune.train.optimizer import OptimizerSpec, tensor_bytes, unsupported
 from autotune.train.strategy import Strategy
 from autotune.trial.runner import run_trial
-from tests.conftest import compose, run_cli, trial_env
+from tests.conftest import ROOT, compose, run_cli, trial_env
 
 MLP = ["model=custom", "model.target=tests.workloads:mlp", "+model.config.width=1024", "+model.config.depth=8",
        "seq_len=4", "global_batch=4", "device=cpu"]
@@ -80,10 +80,14 @@ def test_quantised_state_is_counted_by_its_real_bytes():
     assert [tensor_bytes(m) for m in moments] == [4096 + 4096 // 256 * 4 + 256 * 4] * 2
 
 
+NATIVE_HALF = ROOT / "tests" / "native_half"  # bf16 trials on a CPU without native bf16 (its sitecustomize)
+
+
 @pytest.mark.e2e
-def test_low_bit_state_and_bf16_weights_lower_cpu_memory_and_keep_loss_parity(tmp_path):
+def test_low_bit_state_and_bf16_weights_lower_cpu_memory_and_keep_loss_parity(tmp_path, monkeypatch):
     """A real grid on CPU over the dimensions that run there: static memory as the bytes say,
     the peak lower, each labelled as changing numerics, with its loss parity recorded."""
+    monkeypatch.setenv("PYTHONPATH", str(NATIVE_HALF))  # bf16 runs, emulated where the CPU has none
     space = tmp_path / "space.yaml"
     space.write_text("checkpointing: [none]\nprecision: [bf16]\nmicro_batch: {min: 4, max: 4}\n"
                      "optimizer_state: [default, 8bit, 4bit]\nweights: [fp32, bf16]\n")
@@ -107,9 +111,11 @@ def test_low_bit_state_and_bf16_weights_lower_cpu_memory_and_keep_loss_parity(tm
 @pytest.mark.e2e
 def test_nothing_fits_on_the_activation_side_so_the_search_escalates(tmp_path):
     space = tmp_path / "space.yaml"
-    space.write_text("checkpointing: [none, full]\nprecision: [bf16]\nmicro_batch: {min: 4, max: 4}\n")
+    # fp32: it runs natively on every CPU (bf16, emulated where a CPU has no avx512_bf16/AMX,
+    # made this test take 16 minutes); the escalation then finds low-bit state, not bf16 weights.
+    space.write_text("checkpointing: [none, full]\nprecision: [fp32]\nmicro_batch: {min: 4, max: 4}\n")
     # AdamW: 16 bytes a parameter, 0.125 GiB for the MLP's 8.4 M before any activation; with
-    # bf16 weights and 8-bit state it is 6.
+    # 4-bit state it is 9, with 8-bit 10.
     out = run_cli(tmp_path / "run", *MLP[:5], "seq_len=4", f"search_space.path={space}", "budget_gib=0.1",
                   "objective=throughput", "trial.repeats=0", "trial.measure_steps=3", timeout=1500)
     assert out.returncode == 0, out.stdout + out.stderr

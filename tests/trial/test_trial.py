@@ -38,8 +38,9 @@ def test_timed_steps_go_on_until_they_add_up_to_min_measure_s(tmp_path):
     s = dict(spec(config={"step_sleep": 0.02}, acc=1, measure=2), min_measure_s=0.5)
     r = run(tmp_path, s)
     assert r["status"] == "ok", r
-    assert len(r["step_times_s"]) > 2 and sum(r["step_times_s"]) >= 0.5  # each step sleeps 0.02 s
-    assert sum(r["step_times_s"][:-1]) < 0.5  # and no step more than needed
+    assert sum(r["step_times_s"]) >= 0.5  # each step sleeps 0.02 s: they went on past the 2 asked for...
+    # ...and no step more than needed (on a loaded machine 2 steps may take 0.5 s already)
+    assert len(r["step_times_s"]) == 2 or sum(r["step_times_s"][:-1]) < 0.5
     assert len(r["losses"]) == len(r["step_times_s"])
 
 
