@@ -74,7 +74,7 @@ def detailed(points, best=None):
     keep = points["on_pareto"].fillna(False).astype(bool) if "on_pareto" in points else pd.Series(False, index=points.index)
     if best is not None and best in points.index:
         keep.loc[best] = True
-    latest = points["number"].nlargest(max(0, DETAIL_LIMIT - int(keep.sum()))).index
+    latest = points.loc[~keep, "number"].nlargest(max(0, DETAIL_LIMIT - int(keep.sum()))).index
     keep.loc[latest] = True
     return keep
 
