@@ -232,8 +232,12 @@ def _write_outputs(plan: Plan, study, run_dir: Path, storage: str, meta: dict, c
         if meta["left_out"]:
             log.warning(meta["left_out"])
         if table.empty:
+            if interrupted or stops:
+                log.info(f"interrupted before any trial finished: nothing to report. Run the same command again to "
+                         f"resume study '{plan.study_name}'")
+                return 130
             log.error("no trial finished")
-            return 130 if interrupted or stops else 1
+            return 1
         results = per_budget(table, plan.scoring)
         primary = results[0]
         scored, best, baseline = scored_for_report(results), primary.best, primary.baseline
