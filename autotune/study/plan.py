@@ -159,7 +159,6 @@ def _check_workers(value, device) -> List[str]:
 ISOLATIONS = ("fork", "fresh")
 
 
-_positive = is_positive
 
 
 def _check_sequence(seq_len: int, micro_batch: int, model_config: dict, device) -> List[str]:
@@ -228,7 +227,7 @@ def make_plan(cfg: TuneConfig, overridden: frozenset = frozenset()) -> Plan:
         problems.append(f"trial.warmup_steps={t.warmup_steps}: must be >= 0; e.g. trial.warmup_steps=2")
     if t.measure_steps < 1:
         problems.append(f"trial.measure_steps={t.measure_steps}: must be >= 1; e.g. trial.measure_steps=5")
-    if t.timeout_s is not None and not _positive(t.timeout_s):
+    if t.timeout_s is not None and not is_positive(t.timeout_s):
         problems.append(f"trial.timeout_s={t.timeout_s}: must be > 0 seconds; e.g. trial.timeout_s=600, "
                         "or leave it unset to derive it from the steps")
     if t.repeats < 0:
@@ -244,7 +243,7 @@ def make_plan(cfg: TuneConfig, overridden: frozenset = frozenset()) -> Plan:
     if not 0 <= sc.front_resolution < 1:
         problems.append(f"search.front_resolution={sc.front_resolution:g}: must be a fraction in [0, 1) "
                         "(0 settles the objective only); e.g. search.front_resolution=0.1")
-    if sc.timeout is not None and not _positive(sc.timeout):
+    if sc.timeout is not None and not is_positive(sc.timeout):
         problems.append(f"search.timeout={sc.timeout:g}: must be > 0 seconds, or null for no limit; e.g. search.timeout=1800")
     problems += _check_workers(cfg.workers, device)
     if t.isolation not in ISOLATIONS:
@@ -257,7 +256,7 @@ def make_plan(cfg: TuneConfig, overridden: frozenset = frozenset()) -> Plan:
     for key in ("memory_price_per_gib_hour", "compute_price_per_hour"):
         if not (math.isfinite(roi[key]) and roi[key] >= 0):
             problems.append(f"roi.{key}={roi[key]}: a price must be a finite number >= 0; e.g. roi.{key}=0.5")
-    if not _positive(roi["workload_samples"]):
+    if not is_positive(roi["workload_samples"]):
         problems.append(f"roi.workload_samples={roi['workload_samples']}: must be a finite number > 0 (samples the "
                         "whole job trains on); e.g. roi.workload_samples=1e8")
     if lr_problem(t.lr):
@@ -309,7 +308,7 @@ def make_plan(cfg: TuneConfig, overridden: frozenset = frozenset()) -> Plan:
         problems += _check_sequence(seq_len, min(micro_batches), model_config, device)
     _check_builder(cfg.model._target_, problems)
     group_opt = cfg.optimizer if isinstance(cfg.optimizer, dict) else OmegaConf.to_container(cfg.optimizer)
-    optimizer = _check_optimizer(group_opt, t.lr, problems) if _positive(t.lr) else None
+    optimizer = _check_optimizer(group_opt, t.lr, problems) if is_positive(t.lr) else None
 
     if problems:
         raise ConfigError(problems)
