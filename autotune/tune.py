@@ -6,6 +6,7 @@ import math
 import os
 import shlex
 import signal
+import time
 from pathlib import Path
 
 import optuna
@@ -22,6 +23,8 @@ from autotune.study.plan import ConfigError, Plan, make_plan
 from autotune.results.page import write_report
 from autotune.results.outputs import summary, write_outputs
 from autotune.scoring.budgets import budgets_summary, budgets_table, per_budget
+from autotune.scoring.limits import limits_line
+from autotune.study.fidelity import effort_line
 from autotune.train.device import environment
 from autotune.study.profile import profile_best
 from autotune.study.workers import start_workers, stop_workers, take_cpu_share, wait_workers
@@ -141,6 +144,7 @@ def tune(cfg: DictConfig, run_dir: Path, overrides=(), hydra_overrides=()) -> in
 
 
 def _tune(cfg: DictConfig, run_dir: Path, overrides, hydra_overrides) -> int:
+    started = time.monotonic()
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     added = added_key_problems(overrides)
     try:
@@ -205,7 +209,7 @@ def _tune(cfg: DictConfig, run_dir: Path, overrides, hydra_overrides) -> int:
         except StorageError as e:
             log.error(f"interrupted, and {e}")
             return 130
-    meta = {"model": plan.model_name, "device_name": plan.device.name, "global_batch": plan.global_batch,
+    meta = {"started": started, "model": plan.model_name, "device_name": plan.device.name, "global_batch": plan.global_batch,
             "seq_len": plan.seq_len, "budget_gib": plan.budget_gib, "budgets": plan.budgets,
             "memory_cap_gib": plan.memory_cap_gib, "objective": plan.objective,
             "torch": torch.__version__ + (f", CUDA {torch.version.cuda}" if torch.version.cuda else ""),
@@ -222,6 +226,7 @@ def _tune(cfg: DictConfig, run_dir: Path, overrides, hydra_overrides) -> int:
 
 def _write_outputs(plan: Plan, study, run_dir: Path, storage: str, meta: dict, command: str,
                    interrupted: bool) -> int:
+    started = meta.pop("started")
     # A stop signal while the outputs are written waits for them (safe_write): they end whole.
     with signals_deferred() as stops:
         # What `python -m autotune.report` / `.show` need to score the study again, kept with it.
@@ -242,6 +247,8 @@ def _write_outputs(plan: Plan, study, run_dir: Path, storage: str, meta: dict, c
         primary = results[0]
         scored, best, baseline = scored_for_report(results), primary.best, primary.baseline
         meta["why"] = primary.why if best is not None else None
+        meta["limits"] = limits_line(table, None if best is None else scored.loc[best], plan.device.name)
+        meta["effort"] = effort_line(study.get_trials(deepcopy=False))
         meta["change"] = best_change(last_best(study), primary.scored, best, plan.scoring)
         if not interrupted:
             remember_best(study, primary.scored, best, plan.scoring)
@@ -258,6 +265,9 @@ def _write_outputs(plan: Plan, study, run_dir: Path, storage: str, meta: dict, c
         report = write_report(run_dir, scored, best, baseline, meta,
                               budgets_table(results) if len(results) > 1 else None)
         log.info(summary(scored, best, plan.objective, meta["why"]))
+        if meta["limits"]:
+            log.info(f"limits: {meta['limits']}")
+        log.info(meta["effort"] + f"; the run took {time.monotonic() - started:.0f} s")
         if meta["change"]:
             log.info(f"changed since the last run: {meta['change']}")
         if len(results) > 1:

@@ -18,7 +18,7 @@ from autotune.train.strategy import checkpoint_label
 from autotune.train.trust import record_tuned
 
 SUMMARY_COLUMNS = ["checkpointing", "precision", "micro_batch", "accumulation", "offload", "allocator",
-                   *MODEL_STATE_DEFAULTS, "peak_memory_gib", "samples_per_s", "roi", "loss_parity"]
+                   *MODEL_STATE_DEFAULTS, "peak_memory_gib", "samples_per_s", "roi", "fidelity", "loss_parity"]
 
 
 def _true(value) -> bool:
@@ -50,7 +50,8 @@ def best_config(plan: Plan, row: pd.Series, baseline: Baseline, command: str, bu
         measured=Measured(trial=int(row["number"]), peak_memory_gib=num(row["peak_memory_gib"]),
                           device_peak_gib=num(row.get("device_peak_gib")),
                           cuda_context_gib=num(row.get("cuda_context_gib")), samples_per_s=num(row["samples_per_s"]),
-                          time_spread=num(row.get("time_spread")), roi=num(row.get("roi"))),
+                          time_spread=num(row.get("time_spread")), roi=num(row.get("roi")),
+                          fidelity=row.get("fidelity") if row.get("fidelity") in ("probe", "raced", "full") else None),
         baseline=baseline.as_dict(), command=command,
         optimizer=TunedOptimizer(target=plan.optimizer.target, kwargs=dict(plan.optimizer.kwargs), lr=plan.lr),
         numerics=", ".join(changes_numerics(strategy)), loss_parity=num(row.get("loss_parity")))

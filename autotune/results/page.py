@@ -34,7 +34,7 @@ from autotune.train.optimizer import MODEL_STATE_DEFAULTS  # noqa: E402
 
 TABLE_COLUMNS = ["number", "status", "checkpointing", "precision", "micro_batch", "accumulation", "offload",
                  "allocator", "optimizer_state", "optimizer_offload", "weights", "optimizer_impl", "peak_memory_gib", "device_peak_gib", "peak_allocated_gib", "fragmentation_gib",
-                 "num_alloc_retries", "samples_per_s", "time_spread", "noisy", "contended", "samples_per_s_runs", "peak_memory_gib_runs", "roi",
+                 "num_alloc_retries", "samples_per_s", "time_spread", "fidelity", "noisy", "contended", "samples_per_s_runs", "peak_memory_gib_runs", "roi",
                  "fits_budget", "on_pareto", "numerics", "loss_parity", "cause"]
 
 
@@ -267,7 +267,9 @@ def write_report(run_dir: Path, scored: pd.DataFrame, best: Optional[int], basel
                         + ("not measured" if pd.isna(b.get("loss_parity")) else
                            f"losses within {b['loss_parity']:.2%} of the plain optimizer's over the same steps, seed "
                            "and batch") + ".</p>" if isinstance(b.get("numerics"), str) and b.get("numerics") else "")
-                     + (f"<p class='why'>Why: {esc(meta['why'])}.</p>" if meta.get("why") else ""))
+                     + (f"<p class='why'>Why: {esc(meta['why'])}.</p>" if meta.get("why") else "")
+                     + (f"<p class='limits'><b>Limits</b>: {esc(meta['limits'])}.</p>" if meta.get("limits") else "")
+                     + (f"<p class='effort'><b>Cost</b>: {esc(meta['effort'])}.</p>" if meta.get("effort") else ""))
     if meta.get("change"):
         best_html += f"<p class='change'><b>Changed since the last run</b>: {esc(meta['change'])}</p>"
     best_html += "".join(f"<p class='unavailable'><b>Unavailable on this device</b> (skipped, never run): "

@@ -63,6 +63,7 @@ def why_best(scored: pd.DataFrame, best: Optional[int], objective: str, budget_g
         text = f"the best {objective} of the {fitting} configuration(s) that fit"
         if len(others):
             text += f", ahead of the runner-up by more than both spreads ({_named(others.nlargest(1, key), key)})"
+    text += _load_note(scored, best, rivals if len(rivals) or len(aside) else None)
     ok = scored[(scored["status"] == "ok") & np.isfinite(scored["samples_per_s"])]
     b = scored.loc[best]
     faster = ok[(ok["samples_per_s"] > b["samples_per_s"]) & ~ok["fits_budget"]]
@@ -72,6 +73,19 @@ def why_best(scored: pd.DataFrame, best: Optional[int], objective: str, budget_g
                  f"micro_batch={int(f['micro_batch'])} ({f['samples_per_s']:.1f} samples/s) needs "
                  f"{f.get('device_peak_gib', f['peak_memory_gib']):.2f} GiB")
     return text
+
+
+def _load_note(scored: pd.DataFrame, best, rivals: Optional[pd.DataFrame]) -> str:
+    """Plain words where the verdict rests on figures measured while other processes competed
+    for the device: then absolute speeds are the load's, and only a tie is claimed."""
+    busy = scored.get("contended", pd.Series(False, index=scored.index)).fillna(False).astype(bool)
+    involved = [best] + ([] if rivals is None else list(rivals.index))
+    if not busy[involved].any():
+        return ""
+    if rivals is not None:
+        return ("; tied under load: the top configurations were measured while other processes competed for the "
+                "device, so their order is not certain and the absolute speeds reflect the load")
+    return "; measured under load: the absolute speeds reflect the load, not this configuration alone"
 
 
 def _named(rows: pd.DataFrame, key: str, most: int = 3) -> str:

@@ -141,6 +141,25 @@ def objective_value(objective: str, peak_memory_gib: float, samples_per_s: float
             - (hours - base_hours) * roi["compute_price_per_hour"])
 
 
+def speed_at_objective(objective: str, peak_memory_gib: float, value: float, baseline: Baseline,
+                       roi: dict) -> Optional[float]:
+    """The samples/s at which a configuration of ``peak_memory_gib`` reaches objective ``value``
+    (``objective_value``'s inverse in speed; memory is fixed): inf where no finite speed
+    reaches it, None where its objective does not depend on speed."""
+    if objective != "roi":
+        return value
+    saved = (baseline.peak_memory_gib - peak_memory_gib) * roi["memory_price_per_gib_hour"]
+    if baseline.samples_per_s:  # ROI = hours x (saved - compute price) + baseline hours x compute price
+        slope, constant = saved - roi["compute_price_per_hour"], (
+            roi["workload_samples"] / baseline.samples_per_s / 3600.0 * roi["compute_price_per_hour"])
+    else:  # no baseline speed: ROI = hours x saved
+        slope, constant = saved, 0.0
+    if slope == 0:
+        return None
+    hours = (value - constant) / slope
+    return roi["workload_samples"] / 3600.0 / hours if hours > 0 else math.inf
+
+
 def objective_column(objective: str) -> str:
     """The scored table's column that an objective ranks by."""
     return "roi" if objective == "roi" else "samples_per_s"

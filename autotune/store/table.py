@@ -32,8 +32,11 @@ def trials_table(study: optuna.Study, trials: Optional[list] = None) -> pd.DataF
     flags runs more than 2 % apart), ``time_spread`` the larger of the within-process and
     between-process spreads, and a repeat that failed turns the row into that failure.
     Runs measured while other processes competed for the device (``contended``) count for
-    speed only when no quiet run exists; the row is ``contended`` only then. ``trials``: the
-    study's trials where the caller has read them already.
+    speed only when no quiet run exists; the row is ``contended`` only then, and the spread
+    covers every run, so a figure from one quiet moment never stands with a narrow interval
+    against its own repeats. A probe (``fidelity``, trial/fidelity.py) counts for speed only
+    when no full measurement exists; the row's ``fidelity`` is ``full`` once one does.
+    ``trials``: the study's trials where the caller has read them already.
     """
     rows, repeats, left_out = [], {}, []
     for t in (read_trials(study) if trials is None else trials):
@@ -67,6 +70,8 @@ def trials_table(study: optuna.Study, trials: Optional[list] = None) -> pd.DataF
                 col, None if col in ("status", "cause", "checkpointing", "precision") else float("nan"))
     for col in ("peak_memory_gib", "samples_per_s", "time_spread"):
         df[col] = pd.to_numeric(df[col], errors="coerce")
+    if not df.empty:  # studies recorded before probes existed measured every trial in full
+        df["fidelity"] = [fidelity_of(r) for r in df.to_dict("records")] if "fidelity" in df else "full"
     df = df.drop(columns=[c for c in ("owner", "heartbeat", "repeat", "repeat_of") if c in df.columns])
     rest = [c for c in df.columns if c not in LEAD_COLUMNS]
     df = df[LEAD_COLUMNS + rest].sort_values("number").reset_index(drop=True)
@@ -85,6 +90,15 @@ def left_out_note(table: pd.DataFrame) -> str:
             + (f"; and {len(left) - 10} more" if len(left) > 10 else ""))
 
 
+FIDELITY_RANK = {"probe": 0, "raced": 1, "full": 2}
+
+
+def fidelity_of(row: dict) -> str:
+    """A run's fidelity (trial/fidelity.py); runs recorded before probes existed were full."""
+    value = row.get("fidelity")
+    return value if value in ("probe", "raced", "full") else "full"
+
+
 def _fold_repeats(row: dict, extra: list) -> None:
     failed = [r for r in extra if r["status"] != "ok"]
     if failed and row["status"] == "ok":
@@ -95,22 +109,35 @@ def _fold_repeats(row: dict, extra: list) -> None:
     runs = [row] + [r for r in extra if r["status"] == "ok"]
     if row["status"] != "ok" or len(runs) < 2:
         return
-    quiet = [r for r in runs if not r.get("contended")]
-    timed = quiet or runs
-    busy = [r for r in runs if r.get("contended")]
+    probed = fidelity_of(row) == "probe"
+    full = [r for r in runs if fidelity_of(r) != "probe"]
+    precise = full or runs  # a probe's speed counts only where no full or raced measurement exists
+    quiet = [r for r in precise if not r.get("contended")]
+    timed = quiet or precise
+    busy = [r for r in precise if r.get("contended")]
     if busy:
         row.update(contended_runs=len(busy), contended=not quiet)
         if quiet:
             row["contention"] = (f"contended in trial(s) {', '.join(str(r['number']) for r in busy)} "
-                                 f"({busy[0].get('contention')}); speed from the quiet run(s) only")
+                                 f"({busy[0].get('contention')}); speed from the quiet run(s) only, its "
+                                 f"interval covering the contended ones")
     sps = [float(r["samples_per_s"]) for r in timed]
     median = statistics.median(sps)
-    between = (max(sps) - min(sps)) / median if median > 0 else float("nan")
+    every_precise = [float(r["samples_per_s"]) for r in precise]
+    between = (max(every_precise) - min(every_precise)) / median if median > 0 else float("nan")
     within = max(float(r.get("time_spread") or 0.0) for r in timed)
-    every = [float(r["samples_per_s"]) for r in runs]  # the contended ones too: the record keeps them
+    every = [float(r["samples_per_s"]) for r in runs]  # the contended ones and probes too: the record keeps them
     row.update(samples_per_s=median, samples_per_s_runs=";".join(f"{v:.6g}" for v in every),
-               process_spread=between if len(sps) > 1 else float("nan"), time_spread=max(within, between),
-               repeat_trials=";".join(str(r["number"]) for r in runs[1:]))
+               process_spread=between if len(precise) > 1 else float("nan"),
+               time_spread=max(within, between) if len(precise) > 1 else within,
+               repeat_trials=";".join(str(r["number"]) for r in runs[1:]),
+               fidelity=max((fidelity_of(r) for r in runs), key=FIDELITY_RANK.get),
+               full_runs=sum(fidelity_of(r) == "full" for r in runs))
+    if full and probed:  # the probe's speed is replaced: its figures stay in the record
+        for key in ("step_time_s", "race", "flops_per_sample"):
+            vals = [r.get(key) for r in full if r.get(key) is not None]
+            if vals:
+                row[key] = vals[-1]
     peaks = [float(r["peak_memory_gib"]) for r in runs if r.get("peak_memory_gib") is not None]
     if peaks:
         apart = (max(peaks) - min(peaks)) / min(peaks) if min(peaks) > 0 else 0.0

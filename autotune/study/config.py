@@ -101,6 +101,8 @@ class TrialConfig:
     min_measure_s: float = opt(5.0, "...and at least this many seconds of them (at most 200 steps)")
     timeout_s: Optional[float] = opt(None, "limit per trial process (null: 120 s + 60 s per step + min_measure_s)")
     repeats: int = opt(1, "fresh-process re-measurements of each close contender before naming the best")
+    # auto: what a verdict needs (autotune/trial/fidelity.py); the best always has a full measurement.
+    fidelity: str = opt("auto", "auto: probes, the contenders in full | full: every trial in full")
     # Both measure in a process that never ran another trial (autotune/trial/forkserver.py).
     isolation: str = opt("fork", "fork (a child of a pre-imported server) | fresh (a new interpreter per trial)")
     lr: float = opt(1e-4, "the optimizer's learning rate (unless optimizer.lr is set)")

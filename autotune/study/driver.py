@@ -23,8 +23,11 @@ from typing import Callable, Optional
 
 import optuna
 
+from autotune.study.fidelity import (MAX_BEST_ROUNDS, best_without_window, final_round, full_round, race_range,
+                                     search_fidelity)
 from autotune.study.plan import Plan
 from autotune.trial.contract import ModelSpec, TrialSpec
+from autotune.trial.fidelity import PROBE_STEPS
 from autotune.trial.progress import Ticker
 from autotune.trial.runner import ForkServer, run_trial
 from autotune.search.space import MODEL_STATE_DEFAULTS, canonical, skip_reason
@@ -54,9 +57,10 @@ def strategy_of(params: dict, global_batch: int) -> Strategy:
                     **{k: params.get(k, v) for k, v in MODEL_STATE_DEFAULTS.items()})
 
 
-def trial_spec(plan: Plan, strategy: Strategy) -> dict:
-    """spec.json's content for one trial of this plan (``trial/contract.py``)."""
-    return TrialSpec(model=ModelSpec(name=plan.model_name, target=plan.model_target, config=dict(plan.model_config)),
+def trial_spec(plan: Plan, strategy: Strategy, fidelity: str = "full", race_speed: Optional[list] = None) -> dict:
+    """spec.json's content for one trial of this plan (``trial/contract.py``) at ``fidelity``
+    (``trial/fidelity.py``)."""
+    return TrialSpec(fidelity=fidelity, race_speed=race_speed,model=ModelSpec(name=plan.model_name, target=plan.model_target, config=dict(plan.model_config)),
                      seq_len=plan.seq_len, device=plan.device.torch_device, strategy=strategy.as_dict(),
                      warmup_steps=plan.warmup_steps, measure_steps=plan.measure_steps,
                      min_measure_s=plan.min_measure_s, lr=plan.lr, seed=plan.seed,
@@ -68,13 +72,17 @@ def _fmt(v, spec: str) -> str:
     return format(v, spec) if isinstance(v, (int, float)) and math.isfinite(v) else "-"
 
 
-def progress_line(i: int, n: int, strategy: Strategy, result: dict) -> str:
+def progress_line(i: int, n: int, strategy: Strategy, result: dict, counter: Optional[str] = None) -> str:
+    """One trial's line: ``[  i/n]`` (``counter`` instead where given), the configuration, its
+    status and figures, and the fidelity of a measurement that was not a full one."""
     status = result["status"]
-    line = f"[{i:>3}/{n}] {strategy.label():<40} {status:<8}"
+    line = f"[{counter or f'{i:>3}/{n}'}] {strategy.label():<40} {status:<8}"
     if status == "ok":
+        fidelity = result.get("fidelity")
+        precision = {"probe": ", probe", "raced": f", raced: {result.get('race')}"}.get(fidelity, "")
         line += (f" peak {_fmt(result.get('peak_memory_gib'), '.3f')} GiB  "
                  f"{_fmt(result.get('samples_per_s'), '.1f')} samples/s  "
-                 f"(spread {_fmt(100 * result.get('time_spread', float('nan')), '.0f')}%, "
+                 f"(spread {_fmt(100 * result.get('time_spread', float('nan')), '.0f')}%{precision}, "
                  f"{_fmt(result.get('wall_s'), '.1f')} s)")
     elif result.get("cause"):
         line += f" {result['cause'][:160]}"
@@ -104,8 +112,10 @@ class IsolationError(RuntimeError):
 
 
 def _counts(study: optuna.Study) -> tuple:
-    """(finished, planned) measurements of the study, over every driver working on it."""
-    live = [t for t in study.get_trials(deepcopy=False) if not is_duplicate(t) and not cut_short(t)]
+    """(finished, planned) configurations of the study, over every driver working on it;
+    re-measurements are counted apart (their lines say ``confirm``)."""
+    live = [t for t in study.get_trials(deepcopy=False)
+            if not is_duplicate(t) and not cut_short(t) and not t.user_attrs.get("repeat")]
     return sum(t.state.is_finished() for t in live), len(live)
 
 
@@ -175,7 +185,7 @@ def measure_queue(study: optuna.Study, plan: Plan, run_dir: Path, search=None, s
             continue
         try:
             _measure(study, trial, plan, run_dir, choices, on_trial, runner, of,
-                     lambda: time_left(study, search, stopping))
+                     lambda: time_left(study, search, stopping, plan))
         except optuna.exceptions.UpdateFinishedTrialError:
             # Another driver closed this trial as orphaned (it heard no heartbeat in time):
             # its result is dropped here and the configuration retried by recover().
@@ -216,9 +226,12 @@ def _run_one(study, trial: optuna.Trial, plan: Plan, run_dir: Path, choices: dic
                            f"trial {smaller.number}"}
     else:
         trial_dir = run_dir / "trials" / f"{trial.number:03d}"
+        fidelity = trial.user_attrs.get("fidelity") or search_fidelity(plan)
+        race = (race_range(trials_table(study), plan, trial.user_attrs["repeat_of"])
+                if trial.user_attrs.get("race") and trial.user_attrs.get("repeat_of") is not None else None)
         with Heartbeat(study, trial_id(trial)), Ticker(on_trial, trial_dir, f"trial {trial.number} "
                                                          f"({strategy.label().strip()})"):
-            result = runner(trial_spec(plan, strategy), trial_dir, plan.timeout_s,
+            result = runner(trial_spec(plan, strategy, fidelity, race), trial_dir, plan.timeout_s,
                             env=allocator_env(strategy.allocator))
     return result, strategy
 
@@ -230,7 +243,7 @@ def _record(study, trial: optuna.Trial, plan: Plan, run_dir: Path, result: dict,
         trial.set_user_attr(k, v)
     done, planned = _counts(study)
     repeat = trial.user_attrs.get("repeat")
-    line = (progress_line(done + 1, of or planned, strategy, result)
+    line = (progress_line(done + 1, of or planned, strategy, result, "confirm" if repeat else None)
             + (f"  [repeat {repeat} of trial {trial.user_attrs.get('repeat_of')}]" if repeat else ""))
     if result["status"] == "ok":
         peak = result.get("device_peak_gib", result.get("peak_memory_gib"))
@@ -250,22 +263,52 @@ def _record(study, trial: optuna.Trial, plan: Plan, run_dir: Path, result: dict,
                               "model and run the same command again to resume")
 
 
-def time_left(study: optuna.Study, search, stopping: Optional[Stopping]) -> str:
-    """``  | about 2.5 min left (at most 6 more trials at 25 s each)``: the search's bound on
-    what is left (``search.left``; the trial limit caps it) times the median trial's wall time."""
+def time_left(study: optuna.Study, search, stopping: Optional[Stopping], plan: Optional[Plan] = None) -> str:
+    """``  | about 2.5 min left (at most 6 more probes at 3 s each, then about 2 full measurements
+    at 9 s)``: the search's bound on what is left (``search.left``; the trial limit caps it)
+    times the median wall time of its trials' fidelity, plus, while the search runs with
+    probes, the full measurements of the contenders that follow it (at least two)."""
     left = search.left(study) if hasattr(search, "left") else None
     bound = isinstance(search, QueueSearch) and search.auto is not None
     if stopping is not None and stopping.n_trials is not None:
         cap = max(0, stopping.n_trials - trials_run(study))
         left = cap if left is None else min(left, cap)
-    walls = [float(t.user_attrs["wall_s"]) for t in study.get_trials(deepcopy=False)
-             if t.state.is_finished() and isinstance(t.user_attrs.get("wall_s"), (int, float))]
+    finished = [t for t in study.get_trials(deepcopy=False)
+                if t.state.is_finished() and isinstance(t.user_attrs.get("wall_s"), (int, float))]
+    confirming = search is not None and getattr(search, "only", None) is is_repeat
+    probing = plan is not None and plan.fidelity == "auto" and not confirming
+    mine = "full" if not probing else "probe"
+    walls = [float(t.user_attrs["wall_s"]) for t in finished if t.user_attrs.get("fidelity", "full") == mine] or [
+        float(t.user_attrs["wall_s"]) for t in finished]
     if not left or not walls:
         return ""
     each = statistics.median(walls)
     total = left * each
+    kind = "probe(s)" if probing else "measurement(s)" if confirming else "trial(s)"
+    then = ""
+    if probing:
+        full = _full_wall(finished, plan)
+        if full is not None:
+            total += 2 * full
+            then = f", then about 2 full measurements at {full:.0f} s"
     when = f"{total / 60:.1f} min" if total >= 90 else f"{total:.0f} s"
-    return f"  | about {when} left ({'at most ' if bound else ''}{left} more trial(s) at {each:.0f} s each)"
+    return f"  | about {when} left ({'at most ' if bound else ''}{left} more {kind} at {each:.0f} s each{then})"
+
+
+def _full_wall(finished: list, plan: Plan) -> Optional[float]:
+    """A full measurement's wall time: the median of those run, else a probe's plus the
+    window's extra steps (at the probe's step time) and its minimum seconds."""
+    full = [float(t.user_attrs["wall_s"]) for t in finished if t.user_attrs.get("fidelity") in ("full", "raced")]
+    if full:
+        return statistics.median(full)
+    probes = [t.user_attrs for t in finished if t.user_attrs.get("fidelity") == "probe"
+              and isinstance(t.user_attrs.get("step_time_s"), (int, float))]
+    if not probes:
+        return None
+    wall = statistics.median(float(a["wall_s"]) for a in probes)
+    step = statistics.median(float(a["step_time_s"]) for a in probes)
+    extra = max(0, plan.warmup_steps + plan.measure_steps - PROBE_STEPS) * step
+    return wall + max(extra, plan.min_measure_s - PROBE_STEPS * step)
 
 
 def oom_at_smaller_micro_batch(study: optuna.Study, params: dict):
@@ -308,6 +351,17 @@ def run_study(plan: Plan, run_dir: Path, storage: str, on_trial: Callable[[str],
     are not run again. ``runner`` runs one trial (``runner.run_trial``; the replay
     benchmark passes a recorded table instead).
     """
+    forks = ForkServer(plan.model_target) if plan.isolation == "fork" and runner is run_trial else None
+    if forks is not None:  # its imports overlap the set-up below
+        forks.prestart(allocator_env("default"), run_dir / "trials")
+    try:
+        return _run_study(plan, run_dir, storage, on_trial, forks or runner)
+    finally:
+        if forks is not None:
+            forks.close()
+
+
+def _run_study(plan: Plan, run_dir: Path, storage: str, on_trial, runner) -> optuna.Study:
     configs = grid_configs(plan)
     runnable = [c for c in configs if not device_skip(plan, c)]
     search = make_search(plan.search, configs, runnable, plan.choices, plan)
@@ -321,20 +375,15 @@ def run_study(plan: Plan, run_dir: Path, storage: str, on_trial: Callable[[str],
     if done_before:
         on_trial(f"resuming study '{plan.study_name}': {done_before} trial(s) finished, {added} new "
                  f"configuration(s), {len(retried)} retried")
-    forks = ForkServer(plan.model_target) if plan.isolation == "fork" and runner is run_trial else None
-    try:
-        _search_and_confirm(study, plan, run_dir, search, on_trial, forks or runner, configs)
-        wider = escalation(study, plan, on_trial)
-        if wider is not None:
-            configs = grid_configs(wider)
-            search = make_search(plan.search, configs, [c for c in configs if not device_skip(wider, c)],
-                                 wider.choices, wider)
-            search.start(study)
-            _search_and_confirm(study, wider, run_dir, search, on_trial, forks or runner, configs)
-        run_references(study, plan, run_dir, forks or runner, on_trial, strategy_of, trial_spec)
-    finally:
-        if forks is not None:
-            forks.close()
+    _search_and_confirm(study, plan, run_dir, search, on_trial, runner, configs)
+    wider = escalation(study, plan, on_trial)
+    if wider is not None:
+        configs = grid_configs(wider)
+        search = make_search(plan.search, configs, [c for c in configs if not device_skip(wider, c)],
+                             wider.choices, wider)
+        search.start(study)
+        _search_and_confirm(study, wider, run_dir, search, on_trial, runner, configs)
+    run_references(study, plan, run_dir, runner, on_trial, strategy_of, trial_spec)
     return study
 
 
@@ -397,6 +446,9 @@ def _search_and_confirm(study, plan: Plan, run_dir: Path, search, on_trial, runn
         study.set_user_attr(SEARCH_END_ATTR, end)  # the report says it too
     if stopping.reason and "timeout" in stopping.reason:
         return
+    if plan.fidelity == "auto":
+        _confirm_in_full(study, plan, run_dir, on_trial, runner)
+        return
     from autotune.study.confirm import baseline, contended, contenders  # scoring needs the table built here
 
     table = trials_table(study)
@@ -419,3 +471,34 @@ def _search_and_confirm(study, plan: Plan, run_dir: Path, search, on_trial, runn
         on_trial(f"re-measuring {' and '.join(said)}, each in a fresh process, interleaved")
     if any(rounds):
         measure_queue(study, plan, run_dir, QueueSearch("repeats", [], only=is_repeat), None, on_trial, runner)
+
+
+def _confirm_in_full(study, plan: Plan, run_dir: Path, on_trial, runner) -> None:
+    """trial.fidelity=auto after the search (study/fidelity.py): the contenders by the probes
+    in full (raced), the best of every budget over the whole window, then one interleaved
+    round of those still tied where the tie rests on contended figures."""
+    # Each phase has its own repeat index, so that drivers sharing the study (workers=N)
+    # queue the same measurement once (claims.enqueue_missing keys on it).
+    def measure(numbers: list, said: str, phase: int) -> None:
+        if not numbers:
+            return
+        for number, race in numbers:
+            enqueue_missing(study, [study.trials[number].params],
+                            {"repeat": phase, "repeat_of": number, "fidelity": "full", "race": race})
+        on_trial(said)
+        measure_queue(study, plan, run_dir, QueueSearch("repeats", [], only=is_repeat), None, on_trial, runner)
+
+    first = full_round(trials_table(study), plan) if plan.repeats else []
+    measure(first, f"measuring {len(first)} contender(s) in full, each in a fresh process: the top one over the whole "
+                   "window, the others until their interval decides against the best", 1)
+    for k in range(MAX_BEST_ROUNDS):
+        need = best_without_window(trials_table(study), plan)
+        if not need:
+            break
+        measure([(n, False) for n in need], f"measuring the best ({', '.join(f'trial {n}' for n in need)}) over the "
+                                            "whole window: a configuration named best always has a full measurement",
+                2 + k)
+    final = final_round(trials_table(study), plan)
+    measure([(n, False) for n in final], f"re-measuring the {len(final)} configurations tied at the top once more, "
+                                         "interleaved in fresh processes, so that a load weighs on each alike",
+            2 + MAX_BEST_ROUNDS)

@@ -60,6 +60,7 @@ class Plan:
     search: str = "auto"  # the search strategy (autotune.search)
     isolation: str = "fork"  # fork | fresh: how each trial gets its fresh process (runner)
     min_measure_s: float = 0.0  # timed steps go on until they add up to this
+    fidelity: str = "full"  # auto: search with probes, contenders in full (trial/fidelity.py) | full
     n_trials: Optional[int] = None
     search_timeout_s: Optional[float] = None
     front_resolution: float = 0.0  # search=auto: the Pareto front settled to this fraction of memory
@@ -89,9 +90,35 @@ class Plan:
         return bool(self.reductions)
 
 
+def _defined_in_source(target: str) -> bool:
+    """Does ``package.module:function`` name a module whose source defines ``function`` at
+    top level? Read, not imported: importing a Hugging Face builder here costs this process
+    seconds (transformers) that only the trial processes need; they import it anyway, and
+    a builder that then fails to import stops the study at its first trial."""
+    import ast
+    import importlib.util
+
+    module_name, _, attr = target.partition(":") if ":" in target else target.rpartition(".")
+    if not module_name or not attr:
+        return False
+    spec = importlib.util.find_spec(module_name)  # imports the parent packages only; raises if one is missing
+    if spec is None or not str(spec.origin or "").endswith(".py"):
+        return False
+    tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8", errors="replace"))
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == attr:
+            return True
+    return False
+
+
 def _check_builder(target: str, problems: List[str]) -> None:
     from autotune.trial.run import resolve_builder
 
+    try:
+        if _defined_in_source(target):
+            return
+    except (ImportError, ValueError, SyntaxError, OSError):
+        pass  # the import below says what is wrong
     try:
         builder = resolve_builder(target)
     except (ImportError, AttributeError, ValueError) as e:
@@ -157,6 +184,7 @@ def _check_workers(value, device) -> List[str]:
 
 
 ISOLATIONS = ("fork", "fresh")
+FIDELITY_MODES = ("auto", "full")
 
 
 
@@ -249,6 +277,9 @@ def make_plan(cfg: TuneConfig, overridden: frozenset = frozenset()) -> Plan:
     if t.isolation not in ISOLATIONS:
         problems.append(f"trial.isolation={t.isolation}: use fork (the default: each trial a child of a pre-imported "
                         "server) or fresh (a new interpreter per trial)")
+    if t.fidelity not in FIDELITY_MODES:
+        problems.append(f"trial.fidelity={t.fidelity}: use auto (probe each configuration, measure the contenders in "
+                        "full) or full (every trial measures the whole window)")
     if not t.min_measure_s >= 0:  # NaN fails too
         problems.append(f"trial.min_measure_s={t.min_measure_s}: must be a number of seconds >= 0; e.g. "
                         "trial.min_measure_s=5")
@@ -318,6 +349,8 @@ def make_plan(cfg: TuneConfig, overridden: frozenset = frozenset()) -> Plan:
                 "global_batch": global_batch, "device": device.name, "space": space.grid(global_batch),
                 "warmup": t.warmup_steps, "measure": t.measure_steps, "min_measure_s": t.min_measure_s, "lr": t.lr,
                 "seed": t.seed}
+    if t.fidelity != "full":  # probes measure speed differently: their study is not a full one's
+        measured["fidelity"] = t.fidelity
     if optimizer is not None and optimizer != OptimizerSpec(kwargs={"weight_decay": 0.01}):
         # only a non-default optimizer joins the digest, so studies of earlier runs keep their names
         measured["optimizer"] = {"target": optimizer.target, "kwargs": optimizer.kwargs}
@@ -333,5 +366,5 @@ def make_plan(cfg: TuneConfig, overridden: frozenset = frozenset()) -> Plan:
         storage=cfg.storage, reductions=reductions, search=sc.method, n_trials=sc.n_trials,
         search_timeout_s=sc.timeout, front_resolution=sc.front_resolution, optimizer=optimizer,
         escalate=sc.escalate and space.activation_only,
-        isolation=t.isolation, min_measure_s=t.min_measure_s, profile=cfg.profile, dry_run=cfg.dry_run, setup=measured,
+        isolation=t.isolation, min_measure_s=t.min_measure_s, fidelity=t.fidelity, profile=cfg.profile, dry_run=cfg.dry_run, setup=measured,
         workers=worker_count(cfg.workers, device))

@@ -4,16 +4,29 @@ The search strategies are compared on what real hardware measured, with no GPU: 
 "trial" returns the recorded row of its configuration. A memory cap below the recorded run's
 turns a recorded success whose device-level peak exceeds it into ``oom``, costing what the
 recorded trial spent before its first step ended (an out-of-memory trial dies there).
+
+The recorded trials measured the whole window. Other fidelities (trial/fidelity.py) are
+simulated from them: a probe costs the recorded start-up, build and first step plus
+``probe_steps`` recorded step times, and reports the recorded speed moved by a draw within
+the recorded spread (uniform in [-spread, +spread], seeded by the configuration, so every
+replay is the same), with that spread; its peak is the recorded one (the probe's peak is the
+full measurement's: tests/trial/test_fidelity.py, tests/test_gpu.py). A raced measurement
+whose recorded interval lies outside its race range stops after ``RACE_MIN_STEPS`` steps
+(recorded ``raced``); otherwise it costs the recorded wall time.
 """
 from __future__ import annotations
 
+import json
 import math
+import random
+import zlib
 from pathlib import Path
 from typing import Optional
 
 import pandas as pd
 
 from autotune.train.strategy import checkpoint_label
+from autotune.trial.fidelity import RACE_MIN_STEPS, probe_steps
 
 _KEEP = ("status", "cause", "peak_memory_gib", "device_peak_gib", "cuda_context_gib", "peak_allocated_gib",
          "peak_reserved_gib", "samples_per_s", "time_spread", "step_time_s", "static_gib", "pruned_by",
@@ -24,10 +37,20 @@ def _key(checkpointing, precision, micro_batch, offload, allocator) -> tuple:
     return checkpoint_label(checkpointing), precision, int(micro_batch), bool(offload), allocator
 
 
-class Replay:
-    """A ``runner`` for ``driver.run_study`` that answers from a recorded trials table."""
+FORK_STARTUP_S = 0.2  # a forked trial's start-up on the H100 (docs/gpu-runs/front-h100-2026-12-05: 0.15-0.25 s)
 
-    def __init__(self, table: pd.DataFrame):
+
+class Replay:
+    """A ``runner`` for ``driver.run_study`` that answers from a recorded trials table.
+
+    ``window``: (warm-up steps, timed steps, minimum seconds) of a full measurement to cost
+    every trial with, from its recorded build, first step and step time and a forked
+    start-up (``FORK_STARTUP_S``), instead of its recorded wall time: the recorded runs
+    started a fresh interpreter per trial (about 11 s on the H200) and timed 5 steps, which
+    today's defaults (fork isolation, 2 + 10 steps and 5 s) do not."""
+
+    def __init__(self, table: pd.DataFrame, window: Optional[tuple] = None):
+        self.window = window
         t = table.copy()
         t["offload"] = t["offload"].fillna(False).astype(bool) if "offload" in t else False
         t["allocator"] = t["allocator"].fillna("default") if "allocator" in t else "default"
@@ -39,6 +62,37 @@ class Replay:
                            row["allocator"])] = row
         self.trials = 0
         self.wall_s = 0.0
+
+    def _modeled(self, row: dict) -> float:
+        """A full measurement's wall time under ``window``, from the recorded parts."""
+        warmup, measure, min_s = self.window
+        step = float(row.get("step_time_s") or 0.0)
+        steps = min(200, max(measure, math.ceil(min_s / step))) if step > 0 else measure
+        return FORK_STARTUP_S + sum(float(row.get(k) or 0.0) for k in ("build_s", "first_step_s")) + (
+            warmup + steps) * step
+
+    def _fidelity(self, spec: dict, row: dict, result: dict, wall: float) -> float:
+        """Simulate a probe or a raced measurement from the recorded full one; returns its wall time."""
+        step = float(row.get("step_time_s") or 0.0)
+        startup = FORK_STARTUP_S if self.window is not None else float(row.get("startup_s") or 0.0)
+        fixed = startup + sum(float(row.get(k) or 0.0) for k in ("build_s", "first_step_s"))
+        spread = float(row.get("time_spread") or 0.0)
+        if spec.get("fidelity") == "probe" and step > 0 and fixed > 0:
+            seed = zlib.crc32(json.dumps(spec["strategy"], sort_keys=True).encode())
+            draw = random.Random(seed).uniform(-spread, spread)
+            result.update(samples_per_s=float(row["samples_per_s"]) * (1 + draw), time_spread=spread,
+                          fidelity="probe")
+            return fixed + probe_steps(step) * step
+        result["fidelity"] = "full"
+        race = spec.get("race_speed")
+        if race and step > 0 and fixed > 0:
+            sps = float(row["samples_per_s"])
+            lo, hi = sps * (1 - spread), sps * (1 + spread)
+            if hi < min(race) or lo > max(race):
+                result.update(fidelity="raced", race="below" if hi < min(race) else "above")
+                return fixed + (2 + RACE_MIN_STEPS) * step  # 2 warm-up steps, then the race's steps
+            result["race"] = "open"
+        return wall
 
     @classmethod
     def from_csv(cls, path: Path) -> "Replay":
@@ -56,6 +110,10 @@ class Replay:
         if row["status"] == "ok" and cap is not None and peak is not None and peak > cap:
             result = {"status": "oom", "cause": f"replayed: device peak {peak:.2f} GiB is above the {cap:g} GiB cap"}
             wall = sum(float(row.get(k) or 0.0) for k in ("startup_s", "build_s", "first_step_s")) or wall
+            if self.window is not None:
+                wall = FORK_STARTUP_S + sum(float(row.get(k) or 0.0) for k in ("build_s", "first_step_s"))
+        elif row["status"] == "ok":
+            wall = self._fidelity(spec, row, result, self._modeled(row) if self.window is not None else wall)
         result["wall_s"] = wall
         result["clean_start"] = True  # the recorded runs: a fresh process per trial
         self.trials += 1

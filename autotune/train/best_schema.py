@@ -64,6 +64,9 @@ class Measured:
     samples_per_s: Optional[float] = None
     time_spread: Optional[float] = None
     roi: Optional[float] = None
+    # full: measured over the whole window (a best always is); raced or probe: fewer steps
+    # (autotune/trial/fidelity.py), for a best.yaml written where that could not happen
+    fidelity: Optional[str] = None
 
 
 @dataclass

@@ -40,6 +40,12 @@ class TrialSpec:
     result: Optional[str] = None  # where to write result.json (default: beside spec.json)
     launched_at: Optional[float] = None  # time.time() at launch: the trial's start-up is measured from it
     profile_dir: Optional[str] = None  # profile=true: trace the timed steps into this folder
+    # How precisely to measure (study/fidelity.py): "probe" (memory settled, speed from a
+    # few steps) or "full" (the whole window). ``race_speed``: the samples/s range in which
+    # this configuration's verdict against the best is still open; a full measurement stops
+    # once its interval leaves that range (it is decided) or lies inside it (tied).
+    fidelity: str = "full"
+    race_speed: Optional[List[float]] = None
 
     @classmethod
     def from_dict(cls, data: dict) -> "TrialSpec":
@@ -96,6 +102,9 @@ class TrialResult(TypedDict, total=False):
     losses: List[float]
     timings: Dict[str, float]  # startup_s, build_s, first_step_s, total_s
     wall_s: float
+    fidelity: str  # probe | full (study/fidelity.py)
+    race: Optional[str]  # a raced full measurement's verdict: behind | ahead | tied (stopped early), or open
+    flops_per_sample: float  # training FLOPs per sample (3 x the forward's, from torch's flop counter)
     # what else used the device during the timed steps (trial/contention.py)
     contended: bool
     contention: Optional[str]  # why, when contended

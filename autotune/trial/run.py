@@ -23,6 +23,7 @@ from autotune.trial import clean_start  # noqa: E402
 from autotune.trial.clean_start import DirtyStart, check_clean_start, track  # noqa: E402
 from autotune.trial.contention import Contention  # noqa: E402
 from autotune.trial.contract import TrialResult, TrialSpec  # noqa: E402
+from autotune.trial.fidelity import PROBE_ENOUGH_S, PROBE_STEPS, race_verdict  # noqa: E402
 from autotune.trial.progress import PROGRESS_FILE, TrialProgress  # noqa: E402
 from autotune.train.measure import host_link_gib_s, memory_growth_gib, memory_probe, step_time_stats  # noqa: E402
 from autotune.train.strategy import Strategy, apply_checkpointing, forward_context, make_scaler  # noqa: E402
@@ -87,6 +88,19 @@ def saved_bytes(workload, strategy: Strategy, device: torch.device, device_type:
     if strategy.micro_batch > 1:
         out["saved_per_sample_gib"] = (at_m - count(1)) / (strategy.micro_batch - 1) / 2**30
     return out
+
+
+def flops_per_sample(workload, strategy: Strategy, device: torch.device, device_type: str) -> float:
+    """The training FLOPs per sample: 3 x one forward's at the trial's micro-batch, as torch's
+    flop counter counts them (backward is twice the forward; recomputation is not counted,
+    the MFU convention). Forward only, without gradients; it runs after the measured steps."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    batch = workload.make_batch(strategy.micro_batch, device)
+    counter = FlopCounterMode(display=False)
+    with torch.no_grad(), forward_context(strategy, device_type), counter:
+        workload.loss(workload.model, batch)
+    return 3.0 * counter.get_total_flops() / strategy.micro_batch
 
 
 def start_profiler(device_type: str):
@@ -184,10 +198,13 @@ def run(spec) -> dict:
         step()
         memory = probe.end_window()
 
-    warmup, measure = spec.warmup_steps, spec.measure_steps
+    warmup, measure, min_measure_s = spec.warmup_steps, spec.measure_steps, spec.min_measure_s
+    if spec.fidelity == "probe":  # trial/fidelity.py: the first step settles the state, then a few timed steps
+        warmup, measure, min_measure_s = (0 if memory is not None else 1), PROBE_STEPS, 0.0
     # At least `measure` timed steps and at least `min_measure_s` seconds of them (as
-    # torch.utils.benchmark's blocked_autorange does), at most MAX_MEASURE_STEPS.
-    min_measure_s = spec.min_measure_s
+    # torch.utils.benchmark's blocked_autorange does), at most MAX_MEASURE_STEPS; a raced
+    # full measurement stops once its interval settles its verdict (trial/fidelity.py).
+    race = None
     step_times, losses, in_use = [], [], []
     status, cause = "ok", None
     profiler = None
@@ -216,6 +233,11 @@ def run(spec) -> dict:
             if not math.isfinite(loss):
                 status, cause = "nan", f"non-finite loss {loss} at measured step {i - warmup}"
                 break
+            race = race_verdict(step_times, strategy.global_batch, spec.race_speed, measure)
+            if race is not None:
+                break
+            if spec.fidelity == "probe" and len(step_times) >= 2 and sum(step_times) >= PROBE_ENOUGH_S:
+                break  # slow steps: two of them say what a probe must
         i += 1
     timings["measured_s"] = sum(step_times)
     load = contention.finish() if step_times else {}
@@ -234,20 +256,28 @@ def run(spec) -> dict:
               "n_blocks": len(workload.blocks), "losses": losses, "step_times_s": step_times, "timings": timings,
               "allocator_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""), "static_gib": static_bytes / 2**30,
               "optimizer": type(optimizer).__name__, "numerics": ", ".join(optim.changes_numerics(strategy)),
-              **limits, **load}
+              "fidelity": "raced" if race in ("below", "above", "tied") else spec.fidelity, **limits, **load}
+    if spec.race_speed:
+        result["race"] = race or "open"
     result.update(measured_memory)
     if status == "ok":
         # For search=auto's bound on offload (fact 6), after the measurement so that nothing
         # here can change it: the bytes offload would copy, and the link it would copy over.
+        # A CPU probe skips it: offload runs on CUDA only, and a probe's cost is what it is for.
         progress.say("counting saved bytes (for the offload bound)", "after")
         try:
-            if not strategy.offload:
+            if not strategy.offload and (device_type == "cuda" or spec.fidelity == "full"):
                 result.update(saved_bytes(workload, strategy, torch.device(device), device_type))
             if device_type == "cuda":
                 result["host_link_gib_s"] = host_link_gib_s(probe.index)
         except Exception as e:  # only a bound is lost: the trial measured what it had to
             print(f"saved-bytes count or host-link probe failed, no offload bound from this trial: "
                   f"{type(e).__name__}: {e}", file=sys.stderr)
+        if spec.fidelity == "full":  # for the MFU (scoring/limits.py): the model's work, any configuration
+            try:
+                result["flops_per_sample"] = flops_per_sample(workload, strategy, torch.device(device), device_type)
+            except Exception as e:  # only the MFU is lost
+                print(f"flop count failed, no MFU from this trial: {type(e).__name__}: {e}", file=sys.stderr)
     result.update(step_time_stats(step_times, strategy.global_batch))
     result["memory_growth_gib"] = memory_growth_gib(in_use)
     return result

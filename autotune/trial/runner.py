@@ -127,17 +127,30 @@ class ForkServer:
         self.preload = preload
         self.servers: dict = {}  # frozen environment -> Popen
         self.fresh_reason: Optional[str] = None  # why the server could not fork trials, once it said so
+        self.starting: dict = {}  # frozen environment -> Popen started by prestart, not yet ready
+
+    def prestart(self, env: Optional[dict], log_dir: Path) -> None:
+        """Start the server for ``env`` now and return at once: its imports (seconds: torch,
+        transformers, the builder) then overlap the driver's own set-up before the first trial."""
+        key = frozenset((env or {}).items())
+        if key not in self.servers and key not in self.starting and not self.fresh_reason:
+            self.starting[key] = self._launch(env, log_dir)
+
+    def _launch(self, env: Optional[dict], log_dir: Path) -> subprocess.Popen:
+        log_dir.mkdir(parents=True, exist_ok=True)
+        argv = ["autotune.trial.forkserver"] + (["--preload", self.preload] if self.preload else [])
+        with open(log_dir / "forkserver.log", "ab") as log:
+            # Unbuffered: select() must see every line that has arrived, none held in a buffer.
+            return _start(argv, env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, bufsize=0)
 
     def _server(self, env: Optional[dict], log_dir: Path) -> Optional[subprocess.Popen]:
         key = frozenset((env or {}).items())
         proc = self.servers.get(key)
         if proc is not None and proc.poll() is None:
             return proc
-        log_dir.mkdir(parents=True, exist_ok=True)
-        argv = ["autotune.trial.forkserver"] + (["--preload", self.preload] if self.preload else [])
-        with open(log_dir / "forkserver.log", "ab") as log:
-            # Unbuffered: select() must see every line that has arrived, none held in a buffer.
-            proc = _start(argv, env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, bufsize=0)
+        proc = self.starting.pop(key, None)
+        if proc is None or proc.poll() is not None:
+            proc = self._launch(env, log_dir)
         self.servers[key] = proc
         line = _read_line(proc, self.READY_TIMEOUT_S)
         if line.startswith("unforkable "):
@@ -198,6 +211,10 @@ class ForkServer:
     def close(self) -> None:
         for key in list(self.servers):
             self._stop(key)
+        for key in list(self.starting):
+            proc = self.starting.pop(key)
+            _kill_group(proc)
+            proc.wait()
 
 
 def _read_line(proc: subprocess.Popen, timeout_s: float) -> str:

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Issue 29's GPU checks (multi-fidelity trials), on the device machine from the project root,
+# after the wheel install line (README, "GPU"). Each part fits one 10-minute call:
+#   bash bench/gpu_fidelity.sh default OUT  # bert-large at 24 GiB and llama at 16 GiB, defaults
+#                                           # otherwise, each timed from the command to best.yaml;
+#                                           # then the GPU test of the probe's peak
+#   bash bench/gpu_fidelity.sh grid OUT     # llama at 16 GiB: the fresh-process grid of the
+#                                           # default space, every trial in full (the reference)
+set -u
+export PYTHONUNBUFFERED=1
+out=$2
+mkdir -p "$out"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$out/gpu.txt" 2>&1
+python3 -c 'import torch, transformers; print("torch", torch.__version__, "cuda", torch.version.cuda, "transformers", transformers.__version__)' >> "$out/gpu.txt"
+
+timed() {  # NAME ARGS...: python -m autotune ARGS into OUT/NAME, wall time and load into OUT/NAME.time
+  local name=$1; shift
+  local start; start=$(date +%s.%N)
+  uptime > "$out/$name.time"
+  python3 -m autotune "$@" "hydra.run.dir=$out/$name" "storage=sqlite:///$out/$name.db" > "$out/$name.log" 2>&1
+  local rc=$?
+  echo "exit $rc; seconds from the command to its end: $(python3 -c "import sys; print(round(float(sys.argv[1]) - float(sys.argv[2]), 1))" "$(date +%s.%N)" "$start")" >> "$out/$name.time"
+  echo "best.yaml written at: $(stat -c %Y "$out/$name/best.yaml" 2>/dev/null), start $start" >> "$out/$name.time"
+  uptime >> "$out/$name.time"
+  nvidia-smi --query-compute-apps=pid,used_memory --format=csv >> "$out/$name.time" 2>&1
+  grep -v "^\s*\.\.\." "$out/$name.log" | tail -25
+  cat "$out/$name.time"
+}
+
+case "$1" in
+  default)
+    timed bert-large-24 model=bert-large budget_gib=24
+    timed llama-16 model=llama budget_gib=16
+    python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu.py -k "probe" 2>&1 | tee "$out/pytest-probe.log" | tail -8 ;;
+  grid)
+    timed llama-16-grid model=llama budget_gib=16 search=grid trial.fidelity=full trial.repeats=0 search.timeout=480 ;;
+esac
+for d in "$out"/*/; do
+  [ -d "$d" ] && tar -C "$out" -czf "${d%/}.tar.gz" "$(basename "$d")" && rm -rf "$d"
+done
