@@ -6,6 +6,8 @@ import math
 import os
 import shlex
 import signal
+import sys
+import threading
 import time
 from pathlib import Path
 
@@ -111,24 +113,38 @@ class _StopOnce:
     and, one time in four, a trial that readers could not decode (issue 28)."""
 
     def __init__(self):
-        self.count = 0
+        self.count, self.signum = 0, signal.SIGINT
         self.previous = {}
 
     def __call__(self, signum, frame):
         self.count += 1
         if self.count == 1:
+            self.signum = signum
             raise KeyboardInterrupt(f"signal {signum}")
         if self.count == 2:  # os.write: a handler may run inside logging's own lock
             os.write(2, b"stopping already: writing the outputs of the trials that finished "
                         b"(kill -9 ends it at once; the same command resumes)\n")
 
+    def _unraisable(self, info):
+        """The first stop's KeyboardInterrupt raised inside a finalizer (a database connection
+        collected as the signal came) is swallowed by Python with a traceback, and the run went
+        on as if no stop had come. Sent again instead, from a thread once this hook has returned
+        (sent from here, the handler would run inside the hook, where it is swallowed again)."""
+        if issubclass(info.exc_type, KeyboardInterrupt) and self.count == 1:
+            self.count = 0
+            threading.Timer(0.01, os.kill, (os.getpid(), self.signum)).start()
+            return
+        self.previous_hook(info)
+
     def __enter__(self):
         self.previous = {s: signal.signal(s, self) for s in (signal.SIGINT, signal.SIGTERM)}
+        self.previous_hook, sys.unraisablehook = sys.unraisablehook, self._unraisable
         return self
 
     def __exit__(self, *exc):
         for s, handler in self.previous.items():
             signal.signal(s, handler)
+        sys.unraisablehook = self.previous_hook
 
 
 def tune(cfg: DictConfig, run_dir: Path, overrides=(), hydra_overrides=()) -> int:

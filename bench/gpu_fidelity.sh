@@ -17,7 +17,9 @@ timed() {  # NAME ARGS...: python -m autotune ARGS into OUT/NAME, wall time and 
   local name=$1; shift
   local start; start=$(date +%s.%N)
   uptime > "$out/$name.time"
-  python3 -m autotune "$@" "hydra.run.dir=$out/$name" "storage=sqlite:///$out/$name.db" > "$out/$name.log" 2>&1
+  # each part at most TIMED_LIMIT_S (a stop writes the outputs of what finished), so all fit one call
+  timeout -s TERM "${TIMED_LIMIT_S:-270}" python3 -m autotune "$@" "hydra.run.dir=$out/$name" \
+    "storage=sqlite:///$out/$name.db" > "$out/$name.log" 2>&1
   local rc=$?
   echo "exit $rc; seconds from the command to its end: $(python3 -c "import sys; print(round(float(sys.argv[1]) - float(sys.argv[2]), 1))" "$(date +%s.%N)" "$start")" >> "$out/$name.time"
   echo "best.yaml written at: $(stat -c %Y "$out/$name/best.yaml" 2>/dev/null), start $start" >> "$out/$name.time"
@@ -33,7 +35,8 @@ case "$1" in
     timed llama-16 model=llama budget_gib=16
     python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu.py -k "probe" 2>&1 | tee "$out/pytest-probe.log" | tail -8 ;;
   grid)
-    timed llama-16-grid model=llama budget_gib=16 search=grid trial.fidelity=full trial.repeats=0 search.timeout=480 ;;
+    TIMED_LIMIT_S=560 timed llama-16-grid model=llama budget_gib=16 search=grid trial.fidelity=full trial.repeats=0 \
+      search.timeout=480 ;;
 esac
 for d in "$out"/*/; do
   [ -d "$d" ] && tar -C "$out" -czf "${d%/}.tar.gz" "$(basename "$d")" && rm -rf "$d"

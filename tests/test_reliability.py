@@ -89,7 +89,7 @@ def test_corrupt_storage_is_a_clear_error_and_stays_untouched(tmp_path):
     assert out.returncode == 2
     assert f"storage file {db} is unreadable" in out.stdout + out.stderr
     assert db.read_bytes() == before
-    assert not (tmp_path / "run" / "trials").exists()
+    assert not list((tmp_path / "run").glob("trials/[0-9]*"))  # no trial ran
 
 
 def test_bad_config_writes_no_storage(tmp_path):
@@ -166,8 +166,10 @@ def test_driver_killed_mid_study_resumes_with_the_same_command(tmp_path, sig):
     assert again.returncode == 0, again.stdout + again.stderr
     assert "resuming study" in again.stdout
     trials = _check_complete(db)
-    # Completed trials were not run again: the second run ran only what was left.
-    ran_again = [t for t in trials if t.user_attrs["owner"]["pid"] != proc.pid and t.user_attrs.get("status") == "ok"]
+    # Completed trials were not run again: the second run ran only what was left (and then
+    # measured the contenders in full: trial.fidelity=auto).
+    ran_again = [t for t in trials if t.user_attrs["owner"]["pid"] != proc.pid and t.user_attrs.get("status") == "ok"
+                 and not t.user_attrs.get("repeat")]
     assert len(ran_again) == 6 - len(finished_before)
     assert len({t.number for t in trials}) == len(trials)
     cut = [t for t in trials if t.user_attrs.get("status") in ("crash", "interrupted")]
@@ -267,9 +269,13 @@ def test_two_drivers_on_one_study_measure_each_configuration_once(tmp_path, stor
     trials = study_trials(url)
     assert len({t.number for t in trials}) == len(trials)
     assert not [t for t in trials if not t.state.is_finished()]
-    measured = [t for t in trials if "duplicate_of" not in t.user_attrs]
+    measured = [t for t in trials if "duplicate_of" not in t.user_attrs and not t.user_attrs.get("repeat")]
     configs = sorted((t.params["checkpointing"], t.params["micro_batch"]) for t in measured)
     assert configs == sorted((c, m) for c in ("none", "full") for m in (1, 2, 4))  # each exactly once
+    # The full measurements after the search too: each queued once, whichever driver ran it.
+    confirms = [(t.user_attrs["repeat_of"], t.user_attrs["repeat"]) for t in trials
+                if t.user_attrs.get("repeat") and "duplicate_of" not in t.user_attrs]
+    assert confirms and len(confirms) == len(set(confirms)), confirms
     assert all(t.user_attrs["status"] == "ok" for t in measured)
     assert len({t.user_attrs["owner"]["pid"] for t in measured}) == 2  # both drivers did work
     # Each driver's outputs cover the whole study, the other driver's trials included.
@@ -289,7 +295,7 @@ def test_noisy_timing_is_re_measured_in_fresh_processes_flagged_and_ranked_stabl
     # must follow it. Chosen by simulating the rule: the top two are ranked right, and
     # micro-batch 4 flagged, in all but about 1 in 5,000 runs.
     args = faulty(tmp_path, "model.config.step_sleep=0.06", "model.config.step_jitter=0.03", "trial.measure_steps=12",
-                  "trial.repeats=2", "objective=throughput", space=space_file(tmp_path, "[none]"))
+                  "trial.repeats=2", "objective=throughput", "trial.fidelity=full", space=space_file(tmp_path, "[none]"))
     out = run_cli(run_dir, *args)
     assert out.returncode == 0, out.stdout + out.stderr
     trials = pd.read_csv(run_dir / "trials.csv").set_index("micro_batch")
@@ -337,7 +343,7 @@ def test_a_trial_that_shares_its_cores_with_a_busy_process_is_flagged_and_re_mea
     assert out.returncode == 0, out.stdout + out.stderr
     first_line = next(line for line in out.stdout.splitlines() if line.startswith("[  1/"))
     assert "CONTENDED: other processes used" in first_line, out.stdout
-    assert "re-measuring 1 close contender(s) 1 more time(s) each" in out.stdout, out.stdout
+    assert "measuring 1 contender(s) in full" in out.stdout, out.stdout  # trial 0 was a probe
     assert "[repeat 1 of trial 0]" in out.stdout
     assert "contention: 1 trial(s)" in out.stdout  # the summary says so, whichever way the repeat went
     row = pd.read_csv(run_dir / "trials.csv").iloc[0]
@@ -452,7 +458,8 @@ def test_a_configuration_cut_short_twice_is_retried_again_and_given_up_only_afte
     done = run_cli(tmp_path / "run3", *args)
     assert done.returncode == 0, done.stdout + done.stderr
     statuses = [t.user_attrs.get("status") for t in study_trials(db)]
-    assert statuses == ["crash", "crash", "ok"], statuses  # measured on the third attempt
+    assert statuses[:3] == ["crash", "crash", "ok"], statuses  # measured on the third attempt
+    assert statuses[3:] == ["ok"] and study_trials(db)[3].user_attrs["repeat_of"] == 2  # then in full, as the best
 
     db2 = tmp_path / "other.db"
     args2 = faulty(tmp_path, "model.config.step_sleep=0.5", f"storage=sqlite:///{db2}", space=space)

@@ -114,13 +114,14 @@ def _fold_repeats(row: dict, extra: list) -> None:
     precise = full or runs  # a probe's speed counts only where no full or raced measurement exists
     quiet = [r for r in precise if not r.get("contended")]
     timed = quiet or precise
-    busy = [r for r in precise if r.get("contended")]
+    busy = [r for r in runs if r.get("contended")]  # a contended probe too: the record says so
     if busy:
         row.update(contended_runs=len(busy), contended=not quiet)
         if quiet:
+            covered = any(r.get("contended") for r in precise)
             row["contention"] = (f"contended in trial(s) {', '.join(str(r['number']) for r in busy)} "
-                                 f"({busy[0].get('contention')}); speed from the quiet run(s) only, its "
-                                 f"interval covering the contended ones")
+                                 f"({busy[0].get('contention')}); speed from the quiet run(s) only"
+                                 + (", its interval covering the contended ones" if covered else ""))
     sps = [float(r["samples_per_s"]) for r in timed]
     median = statistics.median(sps)
     every_precise = [float(r["samples_per_s"]) for r in precise]

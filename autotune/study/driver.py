@@ -23,8 +23,8 @@ from typing import Callable, Optional
 
 import optuna
 
-from autotune.study.fidelity import (MAX_BEST_ROUNDS, best_without_window, final_round, full_round, race_range,
-                                     search_fidelity)
+from autotune.study.fidelity import (MAX_BEST_ROUNDS, MAX_FINAL_ROUNDS, best_without_window, final_round,
+                                     final_rounds, full_round, race_range, search_fidelity)
 from autotune.study.plan import Plan
 from autotune.trial.contract import ModelSpec, TrialSpec
 from autotune.trial.fidelity import PROBE_STEPS
@@ -79,7 +79,8 @@ def progress_line(i: int, n: int, strategy: Strategy, result: dict, counter: Opt
     line = f"[{counter or f'{i:>3}/{n}'}] {strategy.label():<40} {status:<8}"
     if status == "ok":
         fidelity = result.get("fidelity")
-        precision = {"probe": ", probe", "raced": f", raced: {result.get('race')}"}.get(fidelity, "")
+        precision = {"probe": ", probe", "raced": f", raced: {result.get('race')}"}.get(
+            fidelity, ", tied with the best" if result.get("race") == "tied" else "")
         line += (f" peak {_fmt(result.get('peak_memory_gib'), '.3f')} GiB  "
                  f"{_fmt(result.get('samples_per_s'), '.1f')} samples/s  "
                  f"(spread {_fmt(100 * result.get('time_spread', float('nan')), '.0f')}%{precision}, "
@@ -498,7 +499,9 @@ def _confirm_in_full(study, plan: Plan, run_dir: Path, on_trial, runner) -> None
         measure([(n, False) for n in need], f"measuring the best ({', '.join(f'trial {n}' for n in need)}) over the "
                                             "whole window: a configuration named best always has a full measurement",
                 2 + k)
-    final = final_round(trials_table(study), plan)
-    measure([(n, False) for n in final], f"re-measuring the {len(final)} configurations tied at the top once more, "
-                                         "interleaved in fresh processes, so that a load weighs on each alike",
-            2 + MAX_BEST_ROUNDS)
+    rounds = min(final_rounds(trials_table(study), plan), MAX_FINAL_ROUNDS)
+    for r in range(rounds):
+        final = final_round(trials_table(study), plan)
+        measure([(n, False) for n in final], f"re-measuring the {len(final)} configurations tied at the top once more "
+                                             f"(round {r + 1} of {rounds}), interleaved in fresh processes, so that a "
+                                             "load weighs on each alike", 2 + MAX_BEST_ROUNDS + r)

@@ -24,6 +24,7 @@ from autotune.scoring.score import speed_at_objective
 from autotune.study.confirm import MAX_CONTENDERS, contenders
 from autotune.study.plan import Plan
 
+MAX_FINAL_ROUNDS = 4  # interleaved rounds of the configurations tied at the top (trial.repeats - 1, capped)
 MAX_BEST_ROUNDS = 6  # rounds of "measure the best in full" before the verdict is given as it stands
 FULL_ROUND = 3  # contenders by the probes measured in full at once (a best outside them gets its own round)
 
@@ -82,6 +83,17 @@ def best_without_window(table: pd.DataFrame, plan: Plan) -> List[int]:
             if n not in out:
                 out.append(n)
     return out
+
+
+def final_rounds(table: pd.DataFrame, plan: Plan) -> int:
+    """How many interleaved rounds the configurations still tied with the best get
+    (``final_round``): ``trial.repeats`` counts the full measurements of a close contender
+    (the first is its full round), and a tie that rests on a contended figure gets one at least."""
+    tied = final_round(table, plan)
+    if not tied:
+        return 0
+    busy = table[table["number"].isin(tied)].get("contended", pd.Series(dtype=bool)).fillna(False).astype(bool).any()
+    return max(plan.repeats - 1, 1 if busy else 0)
 
 
 def final_round(table: pd.DataFrame, plan: Plan) -> List[int]:

@@ -13,9 +13,10 @@ A configuration only needs the precision its verdict needs (issue 29):
 * **full**: the whole window (``warmup_steps``, at least ``measure_steps`` timed steps and
   ``min_measure_s`` seconds). Given ``race_speed``, the samples/s range in which its verdict
   against the best is still open, it stops early once its interval (median +- IQR, the
-  spread every verdict uses) leaves that range (decided: below or above it) or lies inside it
-  after ``measure_steps`` steps (tied within noise: more steps would not separate them).
-  Such a run is recorded ``raced``: precise enough to rank, not the whole window. A
+  spread every verdict uses) leaves that range (decided: below or above it); such a run is
+  recorded ``raced``: precise enough to rank, not the whole window. One whose interval lies
+  inside the range after ``measure_steps`` steps is tied within noise: it runs on to the
+  whole window (``race: tied``, fidelity ``full``), as it may be named best, and a
   configuration named best always has a run of the whole window (study/fidelity.py).
 """
 from __future__ import annotations

@@ -234,8 +234,8 @@ def run(spec) -> dict:
                 status, cause = "nan", f"non-finite loss {loss} at measured step {i - warmup}"
                 break
             race = race_verdict(step_times, strategy.global_batch, spec.race_speed, measure)
-            if race is not None:
-                break
+            if race in ("below", "above"):
+                break  # decided; a tie goes on to the whole window, so that it may be named best as it is
             if spec.fidelity == "probe" and len(step_times) >= 2 and sum(step_times) >= PROBE_ENOUGH_S:
                 break  # slow steps: two of them say what a probe must
         i += 1
@@ -256,7 +256,7 @@ def run(spec) -> dict:
               "n_blocks": len(workload.blocks), "losses": losses, "step_times_s": step_times, "timings": timings,
               "allocator_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""), "static_gib": static_bytes / 2**30,
               "optimizer": type(optimizer).__name__, "numerics": ", ".join(optim.changes_numerics(strategy)),
-              "fidelity": "raced" if race in ("below", "above", "tied") else spec.fidelity, **limits, **load}
+              "fidelity": "raced" if race in ("below", "above") else spec.fidelity, **limits, **load}
     if spec.race_speed:
         result["race"] = race or "open"
     result.update(measured_memory)

@@ -50,6 +50,23 @@ def test_every_run_s_peak_is_kept_and_runs_more_than_2_percent_apart_are_flagged
     assert "1 configuration(s) whose runs' peak memory differs by more than 2 %" in page
 
 
+def test_a_contended_probe_is_recorded_but_its_speed_yields_to_the_quiet_full_measurement():
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    for attrs in ({"fidelity": "probe", "samples_per_s": 40.0, "contended": True, "contention": "2 busy processes"},
+                  {"fidelity": "full", "samples_per_s": 90.0, "repeat": 1, "repeat_of": 0}):
+        study.add_trial(optuna.trial.create_trial(
+            params={"checkpointing": "none", "precision": "fp32", "micro_batch": 4}, distributions=DIST,
+            user_attrs={"status": "ok", "accumulation": 1, "peak_memory_gib": 1.0, "time_spread": 0.01,
+                        "clean_start": True, **attrs},
+            state=optuna.trial.TrialState.COMPLETE, values=[attrs["samples_per_s"], 1.0]))
+    row = trials_table(study).set_index("number").loc[0]
+    assert row["samples_per_s"] == 90.0 and row["fidelity"] == "full"  # the quiet full run's figure
+    assert row["contended_runs"] == 1 and not row["contended"]  # the probe's contention recorded, not the row's
+    assert row["contention"].startswith("contended in trial(s) 0 (2 busy processes); speed from the quiet run(s) "
+                                        "only") and "covering" not in row["contention"]
+    assert row["samples_per_s_runs"] == "40;90"
+
+
 def test_the_plain_read_of_a_database_study_equals_optunas_own(tmp_path):
     """optuna_access.read_trials reads Optuna's tables with plain queries (the ORM was 6.5 s of
     a 5,000-trial show); it must give the trials get_trials gives, whatever their state and

@@ -44,7 +44,11 @@ def test_a_raced_measurement_stops_once_its_interval_decides(tmp_path):
     far_below = run_trial(cpu_spec("none", 2, "full", config, 30, race_speed=[5.0, 10.0]),
                           tmp_path / "b", 300, env=trial_env())
     unraced = run_trial(cpu_spec("none", 2, "full", config, 12), tmp_path / "c", 300, env=trial_env())
-    assert [r["status"] for r in (far_above, far_below, unraced)] == ["ok"] * 3
+    # A tie (its interval inside a wide open range) runs the whole window: it may be named best.
+    tied = run_trial(cpu_spec("none", 2, "full", config, 12, race_speed=[1.0, 1000.0]), tmp_path / "d", 300,
+                     env=trial_env())
+    assert [r["status"] for r in (far_above, far_below, unraced, tied)] == ["ok"] * 4
+    assert (tied["race"], len(tied["step_times_s"]), tied["fidelity"]) == ("tied", 12, "full")
     # Decided at the first step the rule may decide on, not after the 30 asked for.
     assert (far_above["race"], len(far_above["step_times_s"]), far_above["fidelity"]) == ("below", RACE_MIN_STEPS, "raced")
     assert (far_below["race"], len(far_below["step_times_s"]), far_below["fidelity"]) == ("above", RACE_MIN_STEPS, "raced")
