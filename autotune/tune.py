@@ -147,19 +147,20 @@ class _StopOnce:
         sys.unraisablehook = self.previous_hook
 
 
-def tune(cfg: DictConfig, run_dir: Path, overrides=(), hydra_overrides=()) -> int:
+def tune(cfg: DictConfig, run_dir: Path, overrides=(), hydra_overrides=(), forks=None) -> int:
     """Run the whole loop; returns the process exit code. ``hydra_overrides`` (hydra.*
-    settings such as a search path) are passed on to the other workers."""
+    settings such as a search path) are passed on to the other workers; ``forks``, a fork
+    server started early (cli.py), to the study."""
     with _StopOnce():
         try:
-            return _tune(cfg, run_dir, overrides, hydra_overrides)
+            return _tune(cfg, run_dir, overrides, hydra_overrides, forks)
         except KeyboardInterrupt:  # outside a trial and the outputs (a config check, a moment between)
             log.info("interrupted: no outputs were written; the trials that finished (if any) are in the study, and "
                      "the same command resumes it and writes them")
             return 130
 
 
-def _tune(cfg: DictConfig, run_dir: Path, overrides, hydra_overrides) -> int:
+def _tune(cfg: DictConfig, run_dir: Path, overrides, hydra_overrides, forks) -> int:
     started = time.monotonic()
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     added = added_key_problems(overrides)
@@ -197,7 +198,7 @@ def _tune(cfg: DictConfig, run_dir: Path, overrides, hydra_overrides) -> int:
         cores = take_cpu_share(plan.workers, plan.device)
         if cores is not None:
             log.info(f"this worker runs on core(s) {', '.join(map(str, cores))}: each CPU worker has its own share")
-        study = run_study(plan, run_dir, storage)
+        study = run_study(plan, run_dir, storage, forks=forks)
         wait_workers(others)  # they may still be finishing a re-measurement
     except (StorageError, ModelBuildError, IsolationError, ForkServerError) as e:
         stop_workers(others)

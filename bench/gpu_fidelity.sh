@@ -18,7 +18,7 @@ timed() {  # NAME ARGS...: python -m autotune ARGS into OUT/NAME, wall time and 
   local start; start=$(date +%s.%N)
   uptime > "$out/$name.time"
   # each part at most TIMED_LIMIT_S (a stop writes the outputs of what finished), so all fit one call
-  timeout -s TERM "${TIMED_LIMIT_S:-270}" python3 -m autotune "$@" "hydra.run.dir=$out/$name" \
+  timeout -s TERM "${TIMED_LIMIT_S:-220}" python3 -m autotune "$@" "hydra.run.dir=$out/$name" \
     "storage=sqlite:///$out/$name.db" > "$out/$name.log" 2>&1
   local rc=$?
   echo "exit $rc; seconds from the command to its end: $(python3 -c "import sys; print(round(float(sys.argv[1]) - float(sys.argv[2]), 1))" "$(date +%s.%N)" "$start")" >> "$out/$name.time"

@@ -14,6 +14,7 @@ import json
 import os
 import sqlite3
 import time
+from contextlib import closing
 from pathlib import Path
 from typing import Optional
 
@@ -283,12 +284,32 @@ def check_setup(study: optuna.Study, setup: dict, url: str) -> None:
                        "name is derived from the setup), or rerun the command that made it")
 
 
+def _sqlite_file(study: optuna.Study) -> Optional[Path]:
+    storage = storage_of(study)
+    url = getattr(getattr(storage, "_backend", storage), "url", None)  # RDBStorage, cached or not
+    return sqlite_path(url) if isinstance(url, str) else None
+
+
+def _holds_only(path: Path, name: str) -> bool:
+    with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+        return [row[0] for row in db.execute("SELECT study_name FROM studies")] == [name]
+
+
 def snapshot(study: optuna.Study, path: Path) -> None:
-    """Copy the study into its own SQLite file (the run directory's record of it)."""
+    """Copy the study into its own SQLite file (the run directory's record of it). A SQLite
+    file that holds this study alone is copied whole by SQLite's backup (milliseconds, a
+    consistent copy while others write); otherwise Optuna copies the study (1.3 s for a few
+    dozen trials on 2 cores, most of it making the new file's schema)."""
     try:
         with replacing(path) as tmp:
-            optuna.copy_study(from_study_name=study.study_name, from_storage=storage_of(study),
-                              to_storage=f"sqlite:///{tmp.resolve()}")
+            source = _sqlite_file(study)
+            if source is not None and source.is_file() and _holds_only(source, study.study_name):
+                with closing(sqlite3.connect(f"file:{source}?mode=ro", uri=True)) as src, \
+                        closing(sqlite3.connect(tmp)) as dst:
+                    src.backup(dst)
+            else:
+                optuna.copy_study(from_study_name=study.study_name, from_storage=storage_of(study),
+                                  to_storage=f"sqlite:///{tmp.resolve()}")
     except Exception as e:  # a full disk or a read-only folder (SQLAlchemy's errors or OSError)
         raise StorageError(f"cannot write the study's snapshot {path} ({type(e).__name__}: "
                            f"{str(e).splitlines()[0]}); free space or make the folder writable") from None

@@ -343,16 +343,22 @@ def device_skip(plan: Plan, config: dict):
 
 
 def run_study(plan: Plan, run_dir: Path, storage: str, on_trial: Callable[[str], None] = log.info,
-              runner=run_trial) -> optuna.Study:
+              runner=run_trial, forks: Optional[ForkServer] = None) -> optuna.Study:
     """Measure what the search strategy picks until it ends or a limit is reached, then
     re-measure the close contenders in fresh processes.
 
     Other drivers may work on the same study at the same time; resuming is the same thing
     after a driver died: trials left running are closed and retried (claims.recover), finished ones
     are not run again. ``runner`` runs one trial (``runner.run_trial``; the replay
-    benchmark passes a recorded table instead).
+    benchmark passes a recorded table instead). ``forks``: a fork server the entry point
+    started before its own imports (cli.py); used where it serves this plan, else closed.
     """
-    forks = ForkServer(plan.model_target) if plan.isolation == "fork" and runner is run_trial else None
+    fork = plan.isolation == "fork" and runner is run_trial
+    if forks is not None and not (fork and forks.preload == plan.model_target):
+        forks.close()
+        forks = None
+    if fork and forks is None:
+        forks = ForkServer(plan.model_target)
     if forks is not None:  # its imports overlap the set-up below
         forks.prestart(allocator_env("default"), run_dir / "trials")
     try:

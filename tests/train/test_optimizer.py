@@ -1,6 +1,9 @@
 """The user's optimizer and the model-state dimensions on CPU: real trial processes of the
 test MLP (8.4 M parameters) and of a small Llama, their static memory against the bytes
 each optimizer keeps, the config's errors, and escalation in a real search."""
+import subprocess
+import sys
+
 import pandas as pd
 import pytest
 import torch
@@ -54,6 +57,20 @@ def test_a_bad_optimizer_is_refused_before_any_trial_naming_the_key():
         plan_of("optimizer=sgd", "optimizer.momentum=-1")
     with pytest.raises(ConfigError, match=r"optimizer._target_=math.sqrt: .*refused these arguments"):
         plan_of("optimizer._target_=math.sqrt", "~optimizer.weight_decay")
+    with pytest.raises(ConfigError, match=r"optimizer.weight_decay=0.01 optimizer.betas=\[0.9, 2\].*Invalid beta"):
+        plan_of("+optimizer.betas=[0.9,2]")
+    with pytest.raises(ConfigError, match=r"optimizer.weight_decay=0.01 optimizer.nosuch=1: .*unexpected keyword"):
+        plan_of("+optimizer.nosuch=1")
+
+
+def test_checking_a_torch_optimizer_does_not_import_dynamo():
+    """The check builds a class with no parameters (its own argument checks run, the base
+    class refuses the empty list): the parameter group, which imports torch._dynamo (1.7 s
+    of the driver's start), is never made."""
+    code = ("import sys; from tests.train.test_optimizer import plan_of; plan_of(); "
+            "assert 'torch._dynamo' not in sys.modules, 'torch._dynamo imported'")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
 
 
 def test_model_state_values_an_optimizer_cannot_take_are_named():
