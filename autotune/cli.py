@@ -64,6 +64,19 @@ def early_fork_server(cfg: DictConfig, run_dir: Path):
     return forks
 
 
+def _close_early(forks, log_dir: Path) -> None:
+    """Stop the early server; where it served no trial (a config the plan refused, a stop
+    before the first trial), its log goes too: a refused command leaves no trials/ folder."""
+    served = forks.served()
+    forks.close()
+    if not served:
+        (log_dir / "forkserver.log").unlink(missing_ok=True)
+        try:
+            log_dir.rmdir()  # only if empty
+        except OSError:
+            pass
+
+
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")
 def main(cfg: DictConfig) -> None:
     hc = HydraConfig.get()
@@ -77,6 +90,6 @@ def main(cfg: DictConfig) -> None:
         code = tune(cfg, Path(hc.runtime.output_dir), list(hc.overrides.task), list(hc.overrides.hydra), forks)
     finally:
         if forks is not None:
-            forks.close()
+            _close_early(forks, Path(hc.runtime.output_dir) / "trials")
     if code:
         sys.exit(code)

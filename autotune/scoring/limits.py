@@ -78,4 +78,6 @@ def limits_line(table: pd.DataFrame, best_row, device_name: str) -> Optional[str
         else:
             text += f"; no MFU: the peak throughput of '{device_name}' is not known here"
         parts.append(text)
+    elif "flops_error" in table and table["flops_error"].notna().any():
+        parts.append(f"no MFU: torch's flop counter failed ({table['flops_error'].dropna().iloc[0]})")
     return "; ".join(parts) or None

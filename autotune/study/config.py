@@ -105,6 +105,9 @@ class TrialConfig:
     fidelity: str = opt("auto", "auto: probes, the contenders in full | full: every trial in full")
     # Both measure in a process that never ran another trial (autotune/trial/forkserver.py).
     isolation: str = opt("fork", "fork (a child of a pre-imported server) | fresh (a new interpreter per trial)")
+    # On a CPU that other processes keep busy, torch's threads beside them wait on each other:
+    # steps 3-25x slower on 2 cores beside 2 busy processes, against 1.6-2.0x with one thread.
+    cpu_threads: Any = opt("auto", "CPU trials: torch threads; auto: the cores other processes leave free at the start")
     lr: float = opt(1e-4, "the optimizer's learning rate (unless optimizer.lr is set)")
     seed: int = opt(0, "seed of the weights and the synthetic batches")
 

@@ -26,6 +26,7 @@ import optuna
 from autotune.study.fidelity import (MAX_BEST_ROUNDS, MAX_FINAL_ROUNDS, best_without_window, final_round,
                                      final_rounds, full_round, race_range, search_fidelity)
 from autotune.study.plan import Plan
+from autotune.study.threads import OtherCpuUse, free_core_threads
 from autotune.trial.contract import ModelSpec, TrialSpec
 from autotune.trial.fidelity import PROBE_STEPS
 from autotune.trial.progress import Ticker
@@ -65,6 +66,7 @@ def trial_spec(plan: Plan, strategy: Strategy, fidelity: str = "full", race_spee
                      warmup_steps=plan.warmup_steps, measure_steps=plan.measure_steps,
                      min_measure_s=plan.min_measure_s, lr=plan.lr, seed=plan.seed,
                      memory_cap_gib=plan.memory_cap_gib,
+                     cpu_threads=plan.cpu_threads if isinstance(plan.cpu_threads, int) else None,
                      optimizer={"target": plan.optimizer.target, "kwargs": dict(plan.optimizer.kwargs)}).to_dict()
 
 
@@ -234,6 +236,7 @@ def _run_one(study, trial: optuna.Trial, plan: Plan, run_dir: Path, choices: dic
                                                          f"({strategy.label().strip()})"):
             result = runner(trial_spec(plan, strategy, fidelity, race), trial_dir, plan.timeout_s,
                             env=allocator_env(strategy.allocator))
+        result.setdefault("fidelity", fidelity)  # what was asked of a trial that failed (an OOM probe is a probe)
     return result, strategy
 
 
@@ -361,14 +364,17 @@ def run_study(plan: Plan, run_dir: Path, storage: str, on_trial: Callable[[str],
         forks = ForkServer(plan.model_target)
     if forks is not None:  # its imports overlap the set-up below
         forks.prestart(allocator_env("default"), run_dir / "trials")
+    # trial.cpu_threads=auto: what others use of the cores while the study sets up (study/threads.py)
+    others = (OtherCpuUse(forks.pids() if forks is not None else ())
+              if plan.device.kind == "cpu" and plan.cpu_threads == "auto" and runner is run_trial else None)
     try:
-        return _run_study(plan, run_dir, storage, on_trial, forks or runner)
+        return _run_study(plan, run_dir, storage, on_trial, forks or runner, others)
     finally:
         if forks is not None:
             forks.close()
 
 
-def _run_study(plan: Plan, run_dir: Path, storage: str, on_trial, runner) -> optuna.Study:
+def _run_study(plan: Plan, run_dir: Path, storage: str, on_trial, runner, others=None) -> optuna.Study:
     configs = grid_configs(plan)
     runnable = [c for c in configs if not device_skip(plan, c)]
     search = make_search(plan.search, configs, runnable, plan.choices, plan)
@@ -382,6 +388,8 @@ def _run_study(plan: Plan, run_dir: Path, storage: str, on_trial, runner) -> opt
     if done_before:
         on_trial(f"resuming study '{plan.study_name}': {done_before} trial(s) finished, {added} new "
                  f"configuration(s), {len(retried)} retried")
+    if others is not None:
+        plan = _size_cpu_threads(plan, others, on_trial)
     _search_and_confirm(study, plan, run_dir, search, on_trial, runner, configs)
     wider = escalation(study, plan, on_trial)
     if wider is not None:
@@ -392,6 +400,21 @@ def _run_study(plan: Plan, run_dir: Path, storage: str, on_trial, runner) -> opt
         _search_and_confirm(study, wider, run_dir, search, on_trial, runner, configs)
     run_references(study, plan, run_dir, runner, on_trial, strategy_of, trial_spec)
     return study
+
+
+def _size_cpu_threads(plan: Plan, others: OtherCpuUse, on_trial) -> Plan:
+    """The plan with the CPU trials' thread count (study/threads.py): the cores other processes
+    left free while the study set up, where they kept one or more busy; else torch's default."""
+    from dataclasses import replace
+
+    used = others.cores()
+    threads = free_core_threads(used, len(others.cpus))
+    if threads is not None:
+        on_trial(f"the CPU is busy: other processes used {used:.1f} of the {len(others.cpus)} core(s) as the study "
+                 f"started, so CPU trials run {threads} torch thread(s), the cores left free (threads beside busy "
+                 "processes wait on each other; a training run beside this load should do the same); "
+                 "trial.cpu_threads=N sets it")
+    return replace(plan, cpu_threads=threads)
 
 
 def escalation(study: optuna.Study, plan: Plan, on_trial) -> Optional[Plan]:

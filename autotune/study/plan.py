@@ -9,7 +9,7 @@ import json
 import math
 from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 from omegaconf import OmegaConf
 
@@ -59,6 +59,7 @@ class Plan:
     storage: Optional[str]
     search: str = "auto"  # the search strategy (autotune.search)
     isolation: str = "fork"  # fork | fresh: how each trial gets its fresh process (runner)
+    cpu_threads: Any = "auto"  # CPU trials: torch threads, or auto (study/threads.py sizes them at the start)
     min_measure_s: float = 0.0  # timed steps go on until they add up to this
     fidelity: str = "full"  # auto: search with probes, contenders in full (trial/fidelity.py) | full
     n_trials: Optional[int] = None
@@ -294,6 +295,10 @@ def make_plan(cfg: TuneConfig, overridden: frozenset = frozenset()) -> Plan:
     if t.fidelity not in FIDELITY_MODES:
         problems.append(f"trial.fidelity={t.fidelity}: use auto (probe each configuration, measure the contenders in "
                         "full) or full (every trial measures the whole window)")
+    if t.cpu_threads != "auto" and not (isinstance(t.cpu_threads, int) and not isinstance(t.cpu_threads, bool)
+                                        and t.cpu_threads >= 1):
+        problems.append(f"trial.cpu_threads={t.cpu_threads}: use auto (the cores other processes leave free) or a "
+                        "whole number >= 1; e.g. trial.cpu_threads=2")
     if not t.min_measure_s >= 0:  # NaN fails too
         problems.append(f"trial.min_measure_s={t.min_measure_s}: must be a number of seconds >= 0; e.g. "
                         "trial.min_measure_s=5")
@@ -365,6 +370,8 @@ def make_plan(cfg: TuneConfig, overridden: frozenset = frozenset()) -> Plan:
                 "seed": t.seed}
     if t.fidelity != "full":  # probes measure speed differently: their study is not a full one's
         measured["fidelity"] = t.fidelity
+    if t.cpu_threads != "auto" and device.kind == "cpu":  # a fixed thread count measures other speeds
+        measured["cpu_threads"] = t.cpu_threads
     if optimizer is not None and optimizer != OptimizerSpec(kwargs={"weight_decay": 0.01}):
         # only a non-default optimizer joins the digest, so studies of earlier runs keep their names
         measured["optimizer"] = {"target": optimizer.target, "kwargs": optimizer.kwargs}
@@ -380,5 +387,5 @@ def make_plan(cfg: TuneConfig, overridden: frozenset = frozenset()) -> Plan:
         storage=cfg.storage, reductions=reductions, search=sc.method, n_trials=sc.n_trials,
         search_timeout_s=sc.timeout, front_resolution=sc.front_resolution, optimizer=optimizer,
         escalate=sc.escalate and space.activation_only,
-        isolation=t.isolation, min_measure_s=t.min_measure_s, fidelity=t.fidelity, profile=cfg.profile, dry_run=cfg.dry_run, setup=measured,
+        isolation=t.isolation, cpu_threads=t.cpu_threads, min_measure_s=t.min_measure_s, fidelity=t.fidelity, profile=cfg.profile, dry_run=cfg.dry_run, setup=measured,
         workers=worker_count(cfg.workers, device))

@@ -91,6 +91,17 @@ def cpu_busy_seconds(cpus) -> Optional[float]:
     return busy / tick
 
 
+def pid_cpu_seconds(pid: int) -> Optional[float]:
+    """User and system CPU time of process ``pid`` (/proc/PID/stat), or None where unreadable."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    return (int(fields[11]) + int(fields[12])) / tick  # utime, stime: fields 14 and 15 of stat(5)
+
+
 def process_cpu_seconds() -> float:
     """User and system CPU time of this process, all its threads."""
     t = os.times()

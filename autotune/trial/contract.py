@@ -46,6 +46,7 @@ class TrialSpec:
     # once its interval leaves that range (it is decided) or lies inside it (tied).
     fidelity: str = "full"
     race_speed: Optional[List[float]] = None
+    cpu_threads: Optional[int] = None  # CPU: torch.set_num_threads before the model (None: torch's default)
 
     @classmethod
     def from_dict(cls, data: dict) -> "TrialSpec":

@@ -91,16 +91,18 @@ def saved_bytes(workload, strategy: Strategy, device: torch.device, device_type:
 
 
 def flops_per_sample(workload, strategy: Strategy, device: torch.device, device_type: str) -> float:
-    """The training FLOPs per sample: 3 x one forward's at the trial's micro-batch, as torch's
-    flop counter counts them (backward is twice the forward; recomputation is not counted,
-    the MFU convention). Forward only, without gradients; it runs after the measured steps."""
+    """The training FLOPs per sample: 3 x one sample's forward, as torch's flop counter counts
+    them (backward is twice the forward; recomputation is not counted, the MFU convention).
+    Forward only, without gradients, after the measured steps, and of one sample: a sample's
+    work does not depend on the micro-batch, and a micro-batch's forward may not fit beside
+    what the steps left cached under a budget's cap."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    batch = workload.make_batch(strategy.micro_batch, device)
+    batch = workload.make_batch(1, device)
     counter = FlopCounterMode(display=False)
     with torch.no_grad(), forward_context(strategy, device_type), counter:
         workload.loss(workload.model, batch)
-    return 3.0 * counter.get_total_flops() / strategy.micro_batch
+    return 3.0 * counter.get_total_flops()
 
 
 def start_profiler(device_type: str):
@@ -138,6 +140,8 @@ def run(spec) -> dict:
     device = spec.device
     device_type = "cuda" if device.startswith("cuda") else "cpu"
     sync = torch.cuda.synchronize if device_type == "cuda" else (lambda: None)
+    if device_type == "cpu" and spec.cpu_threads:  # study/threads.py: a busy CPU's free cores
+        torch.set_num_threads(spec.cpu_threads)
     timings = {}
     progress = TrialProgress(Path(spec.result).with_name(PROGRESS_FILE) if spec.result else None)
 
@@ -256,6 +260,7 @@ def run(spec) -> dict:
               "n_blocks": len(workload.blocks), "losses": losses, "step_times_s": step_times, "timings": timings,
               "allocator_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""), "static_gib": static_bytes / 2**30,
               "optimizer": type(optimizer).__name__, "numerics": ", ".join(optim.changes_numerics(strategy)),
+              **({"cpu_threads": torch.get_num_threads()} if device_type == "cpu" else {}),
               "fidelity": "raced" if race in ("below", "above") else spec.fidelity, **limits, **load}
     if spec.race_speed:
         result["race"] = race or "open"
@@ -276,7 +281,8 @@ def run(spec) -> dict:
         if spec.fidelity == "full":  # for the MFU (scoring/limits.py): the model's work, any configuration
             try:
                 result["flops_per_sample"] = flops_per_sample(workload, strategy, torch.device(device), device_type)
-            except Exception as e:  # only the MFU is lost
+            except Exception as e:  # only the MFU is lost; the table says why
+                result["flops_error"] = f"{type(e).__name__}: {str(e)[:300]}"
                 print(f"flop count failed, no MFU from this trial: {type(e).__name__}: {e}", file=sys.stderr)
     result.update(step_time_stats(step_times, strategy.global_batch))
     result["memory_growth_gib"] = memory_growth_gib(in_use)

@@ -129,6 +129,14 @@ class ForkServer:
         self.fresh_reason: Optional[str] = None  # why the server could not fork trials, once it said so
         self.starting: dict = {}  # frozen environment -> Popen started by prestart, not yet ready
 
+    def served(self) -> bool:
+        """Whether a trial asked this runner for a server (its log then matters)."""
+        return bool(self.servers) or self.fresh_reason is not None
+
+    def pids(self) -> list:
+        """The servers' process ids, started or starting."""
+        return [p.pid for p in [*self.servers.values(), *self.starting.values()]]
+
     def prestart(self, env: Optional[dict], log_dir: Path) -> None:
         """Start the server for ``env`` now and return at once: its imports (seconds: torch,
         transformers, the builder) then overlap the driver's own set-up before the first trial."""

@@ -222,3 +222,21 @@ def test_a_stable_config_slower_than_what_the_tied_ones_guarantee_is_not_chosen(
     # stable one reaches that, so stability decides again. The gate is conservative, not greedy.
     rest = score(df.drop(index=2), 8, 16, ROI)[0]
     assert choose_best(rest, "throughput") == 3
+
+
+def test_the_limits_line_states_the_floor_ratio_and_the_mfu_or_why_there_is_none():
+    import pandas as pd
+
+    from autotune.scoring.limits import limits_line
+
+    table = pd.DataFrame({"status": ["ok", "ok"], "static_gib": [2.0, 1.0], "peak_memory_gib": [10.0, 4.0],
+                          "flops_per_sample": [1e12, float("nan")], "samples_per_s": [300.0, 100.0]})
+    best = table.iloc[0]
+    line = limits_line(table, best, "NVIDIA H100 80GB HBM3")
+    # floor: the smallest model state (1) plus the smallest activation footprint (4 - 1 = 3)
+    assert "best uses 10 GiB, 2.5x the memory floor of this space (4 GiB" in line
+    assert "300 TFLOP/s of model work (1e+03 GFLOP per sample), 30% of the device's dense 16-bit peak" in line
+    assert "the peak throughput of 'AMD EPYC' is not known here" in limits_line(table, best, "AMD EPYC")
+    failed = table.assign(flops_per_sample=float("nan"), flops_error=["OutOfMemoryError: CUDA out of memory", None])
+    assert "no MFU: torch's flop counter failed (OutOfMemoryError: CUDA out of memory)" in limits_line(
+        failed, failed.iloc[0], "NVIDIA H100 80GB HBM3")
