@@ -38,6 +38,12 @@ case "$1" in
     TIMED_LIMIT_S=560 timed llama-16-grid model=llama budget_gib=16 search=grid trial.fidelity=full trial.repeats=0 \
       search.timeout=480 ;;
 esac
+# At most 8 files come back from the device machine: one archive per run (its directory,
+# log, timing and study), beside gpu.txt and the pytest log.
 for d in "$out"/*/; do
-  [ -d "$d" ] && tar -C "$out" -czf "${d%/}.tar.gz" "$(basename "$d")" && rm -rf "$d"
+  [ -d "$d" ] || continue
+  name=$(basename "$d")
+  rm -f "$out/$name.db.lock"
+  tar -C "$out" -czf "$out/$name.tar.gz" "$name" $(cd "$out" && ls "$name.log" "$name.time" "$name.db" 2>/dev/null) \
+    && rm -rf "$d" "$out/$name.log" "$out/$name.time" "$out/$name.db"
 done
