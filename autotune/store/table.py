@@ -71,7 +71,7 @@ def trials_table(study: optuna.Study, trials: Optional[list] = None) -> pd.DataF
     for col in ("peak_memory_gib", "samples_per_s", "time_spread"):
         df[col] = pd.to_numeric(df[col], errors="coerce")
     if not df.empty:  # studies recorded before probes existed measured every trial in full
-        df["fidelity"] = [fidelity_of(r) for r in df.to_dict("records")] if "fidelity" in df else "full"
+        df["fidelity"] = [None if r.get("status") in NOT_RUN else fidelity_of(r) for r in df.to_dict("records")]
     df = df.drop(columns=[c for c in ("owner", "heartbeat", "repeat", "repeat_of") if c in df.columns])
     rest = [c for c in df.columns if c not in LEAD_COLUMNS]
     df = df[LEAD_COLUMNS + rest].sort_values("number").reset_index(drop=True)
@@ -91,6 +91,9 @@ def left_out_note(table: pd.DataFrame) -> str:
 
 
 FIDELITY_RANK = {"probe": 0, "raced": 1, "full": 2}
+
+
+NOT_RUN = ("skipped", "pruned")  # recorded configurations no trial process measured: no fidelity
 
 
 def fidelity_of(row: dict) -> str:

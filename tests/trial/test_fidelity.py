@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from autotune.scoring.score import Baseline, objective_value, speed_at_objective
-from autotune.trial.fidelity import RACE_MIN_STEPS, race_verdict
+from autotune.trial.fidelity import PROBE_ENOUGH_S, RACE_MIN_STEPS, race_verdict
 from autotune.trial.runner import run_trial
 from tests.conftest import run_cli, trial_env
 
@@ -28,7 +28,9 @@ def test_a_probe_measures_the_full_measurements_peak_on_cpu(tmp_path, ckpt, mb):
     full = run_trial(cpu_spec(ckpt, mb, "full", config), tmp_path / "f", 300, env=trial_env())
     assert probe["status"] == full["status"] == "ok", (probe, full)
     assert (probe["fidelity"], full["fidelity"]) == ("probe", "full")
-    assert len(probe["step_times_s"]) == 3 and len(full["step_times_s"]) == 5
+    # Three timed steps, or two where two take PROBE_ENOUGH_S (a busy machine's slow steps).
+    steps = probe["step_times_s"]
+    assert len(steps) == (2 if sum(steps[:2]) >= PROBE_ENOUGH_S else 3) and len(full["step_times_s"]) == 5
     # The same memory step in both. Two full measurements of one configuration in two fresh
     # processes differ by up to about 100 KiB of resident memory (0.14 % of a 75 MB peak,
     # measured on a 2-core EPYC); 0.5 % holds that and no real difference.
@@ -89,7 +91,12 @@ def test_a_search_names_a_best_with_a_full_measurement(tmp_path):
     assert out.returncode == 0, out.stdout + out.stderr
     assert "probe," in out.stdout and "[confirm]" in out.stdout
     table = pd.read_csv(run_dir / "trials.csv")
-    assert set(table["fidelity"]) <= {"probe", "raced", "full"} and (table["fidelity"] == "probe").any()
+    assert set(table["fidelity"].dropna()) <= {"probe", "raced", "full"}
+    assert table.loc[table["status"] == "skipped", "fidelity"].isna().all()  # no measurement, no fidelity
+    # A configuration measured once was measured by the search: a probe (how many the search
+    # probes depends on the machine's noise; on a busy one all of them may be confirmed).
+    once = table[(table["status"] == "ok") & table["samples_per_s_runs"].isna()]
+    assert (once["fidelity"] == "probe").all()
     best = yaml.safe_load((run_dir / "best.yaml").read_text())
     assert best["measured"]["fidelity"] == "full"
     row = table[table["number"] == best["measured"]["trial"]].iloc[0]
