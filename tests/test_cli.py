@@ -19,7 +19,7 @@ def test_tune_writes_every_output(tmp_path):
     out = run_cli(run_dir, *FAST)
     assert out.returncode == 0, out.stdout + out.stderr
     for name in ["best.yaml", "trials.csv", "pareto.csv", "report.html", "pareto.png", "study.db",
-                 ".hydra/config.yaml", "autotune.log"]:
+                 ".hydra/config.yaml", "autotune.log", "trials/forkserver.log"]:  # the server's log kept: it served
         assert (run_dir / name).is_file(), name
 
     # After each trial that ran, the time left (the queue times the median trial), in the

@@ -128,10 +128,12 @@ class ForkServer:
         self.servers: dict = {}  # frozen environment -> Popen
         self.fresh_reason: Optional[str] = None  # why the server could not fork trials, once it said so
         self.starting: dict = {}  # frozen environment -> Popen started by prestart, not yet ready
+        self.used = False  # a trial asked for a server
 
     def served(self) -> bool:
-        """Whether a trial asked this runner for a server (its log then matters)."""
-        return bool(self.servers) or self.fresh_reason is not None
+        """Whether a trial asked this runner for a server (its log then matters), even once
+        the servers are closed."""
+        return self.used
 
     def pids(self) -> list:
         """The servers' process ids, started or starting."""
@@ -152,6 +154,7 @@ class ForkServer:
             return _start(argv, env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, bufsize=0)
 
     def _server(self, env: Optional[dict], log_dir: Path) -> Optional[subprocess.Popen]:
+        self.used = True
         key = frozenset((env or {}).items())
         proc = self.servers.get(key)
         if proc is not None and proc.poll() is None:
