@@ -67,9 +67,8 @@ def early_fork_server(cfg: DictConfig, run_dir: Path):
 def _close_early(forks, log_dir: Path) -> None:
     """Stop the early server; where it served no trial (a config the plan refused, a stop
     before the first trial), its log goes too: a refused command leaves no trials/ folder."""
-    served = forks.served()
     forks.close()
-    if not served:
+    if not forks.used:
         (log_dir / "forkserver.log").unlink(missing_ok=True)
         try:
             log_dir.rmdir()  # only if empty

@@ -23,8 +23,8 @@ from typing import Callable, Optional
 
 import optuna
 
-from autotune.study.fidelity import (MAX_BEST_ROUNDS, MAX_FINAL_ROUNDS, best_without_window, final_round,
-                                     final_rounds, full_round, race_range, search_fidelity)
+from autotune.study.fidelity import (MAX_BEST_ROUNDS, best_without_window, final_round, final_rounds, full_round,
+                                     race_range, search_fidelity)
 from autotune.study.plan import Plan
 from autotune.study.threads import OtherCpuUse, free_core_threads
 from autotune.trial.contract import ModelSpec, TrialSpec
@@ -528,7 +528,7 @@ def _confirm_in_full(study, plan: Plan, run_dir: Path, on_trial, runner) -> None
         measure([(n, False) for n in need], f"measuring the best ({', '.join(f'trial {n}' for n in need)}) over the "
                                             "whole window: a configuration named best always has a full measurement",
                 2 + k)
-    rounds = min(final_rounds(trials_table(study), plan), MAX_FINAL_ROUNDS)
+    rounds = final_rounds(trials_table(study), plan)
     for r in range(rounds):
         final = final_round(trials_table(study), plan)
         measure([(n, False) for n in final], f"re-measuring the {len(final)} configurations tied at the top once more "

@@ -93,7 +93,7 @@ def final_rounds(table: pd.DataFrame, plan: Plan) -> int:
     if not tied:
         return 0
     busy = table[table["number"].isin(tied)].get("contended", pd.Series(dtype=bool)).fillna(False).astype(bool).any()
-    return max(plan.repeats - 1, 1 if busy else 0)
+    return min(max(plan.repeats - 1, 1 if busy else 0), MAX_FINAL_ROUNDS)
 
 
 def final_round(table: pd.DataFrame, plan: Plan) -> List[int]:

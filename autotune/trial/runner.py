@@ -128,12 +128,7 @@ class ForkServer:
         self.servers: dict = {}  # frozen environment -> Popen
         self.fresh_reason: Optional[str] = None  # why the server could not fork trials, once it said so
         self.starting: dict = {}  # frozen environment -> Popen started by prestart, not yet ready
-        self.used = False  # a trial asked for a server
-
-    def served(self) -> bool:
-        """Whether a trial asked this runner for a server (its log then matters), even once
-        the servers are closed."""
-        return self.used
+        self.used = False  # a trial asked for a server (its log then matters), kept once they are closed
 
     def pids(self) -> list:
         """The servers' process ids, started or starting."""
