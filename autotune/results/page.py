@@ -15,22 +15,18 @@ from pathlib import Path, PurePosixPath
 from typing import List, Optional
 from urllib.parse import quote
 
-import matplotlib
+import numpy as np
+import pandas as pd
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from autotune.results import plot_style, svgplot  # noqa: E402
-from autotune.results.outputs import contention_note, no_best, unavailable  # noqa: E402
-from autotune.scoring.effects import strategy_effects  # noqa: E402
-from autotune.scoring.score import Baseline  # noqa: E402
-from autotune.train.strategy import checkpoint_fraction, checkpoint_label  # noqa: E402
-from autotune.system.safe_write import replacing, write_text  # noqa: E402
-from autotune.store.storage import redact  # noqa: E402
-from autotune.store.table import MEMORY_AGREEMENT  # noqa: E402
-from autotune.train.optimizer import MODEL_STATE_DEFAULTS  # noqa: E402
+from autotune.results import plot_style, svgplot
+from autotune.results.outputs import contention_note, no_best, unavailable
+from autotune.scoring.effects import strategy_effects
+from autotune.scoring.score import Baseline
+from autotune.train.strategy import checkpoint_fraction, checkpoint_label
+from autotune.system.safe_write import replacing, write_text
+from autotune.store.storage import redact
+from autotune.store.table import MEMORY_AGREEMENT
+from autotune.train.optimizer import MODEL_STATE_DEFAULTS
 
 TABLE_COLUMNS = ["number", "status", "checkpointing", "precision", "micro_batch", "accumulation", "offload",
                  "allocator", "optimizer_state", "optimizer_offload", "weights", "optimizer_impl", "peak_memory_gib", "device_peak_gib", "peak_allocated_gib", "fragmentation_gib",
@@ -38,9 +34,21 @@ TABLE_COLUMNS = ["number", "status", "checkpointing", "precision", "micro_batch"
                  "fits_budget", "on_pareto", "numerics", "loss_parity", "cause"]
 
 
+def _pyplot():
+    """matplotlib.pyplot, imported when the PNG is drawn, not when the run starts: on a fresh
+    machine its first import builds the font cache (seconds, before the first trial)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 def pareto_figure(scored: pd.DataFrame, best: Optional[int], budgets: List[float], baseline: Baseline,
-                  title: str) -> plt.Figure:
-    fig, ax = plt.subplots(figsize=(8.5, 5.2), dpi=110)
+                  title: str):
+    """The Pareto plot as a matplotlib Figure (pareto.png)."""
+    fig, ax = _pyplot().subplots(figsize=(8.5, 5.2), dpi=110)
     ok = scored[(scored["status"] == "ok") & np.isfinite(scored["peak_memory_gib"])].copy()
     ok["checkpointing"] = ok["checkpointing"].map(checkpoint_label)
     ok["offload"] = ok.get("offload", False)
@@ -243,7 +251,7 @@ def write_report(run_dir: Path, scored: pd.DataFrame, best: Optional[int], basel
     fig = pareto_figure(scored, best, meta["budgets"], baseline, title)
     with replacing(run_dir / "pareto.png") as tmp:
         fig.savefig(tmp)  # for terminals and READMEs; the page draws its own
-    plt.close(fig)
+    _pyplot().close(fig)
 
     esc = _esc
     cols = [c for c in TABLE_COLUMNS if c in scored.columns]

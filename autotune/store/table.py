@@ -136,7 +136,8 @@ def _fold_repeats(row: dict, extra: list) -> None:
                time_spread=max(within, between) if len(precise) > 1 else within,
                repeat_trials=";".join(str(r["number"]) for r in runs[1:]),
                fidelity=max((fidelity_of(r) for r in runs), key=FIDELITY_RANK.get),
-               full_runs=sum(fidelity_of(r) == "full" for r in runs))
+               full_runs=sum(fidelity_of(r) == "full" for r in runs),
+               spread_assumed=any(r.get("spread_assumed") is True for r in timed))  # a one-step probe's
     if full and probed:  # the probe's speed is replaced: its figures stay in the record
         for key in ("step_time_s", "race", "flops_per_sample"):
             vals = [r.get(key) for r in full if r.get(key) is not None]

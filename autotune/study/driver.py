@@ -28,7 +28,7 @@ from autotune.study.fidelity import (MAX_BEST_ROUNDS, best_without_window, final
 from autotune.study.plan import Plan
 from autotune.study.threads import OtherCpuUse, free_core_threads
 from autotune.trial.contract import ModelSpec, TrialSpec
-from autotune.trial.fidelity import PROBE_STEPS
+from autotune.trial.fidelity import probe_steps
 from autotune.trial.progress import Ticker
 from autotune.trial.runner import ForkServer, run_trial
 from autotune.search.space import MODEL_STATE_DEFAULTS, canonical, skip_reason
@@ -85,7 +85,8 @@ def progress_line(i: int, n: int, strategy: Strategy, result: dict, counter: Opt
             fidelity, ", tied with the best" if result.get("race") == "tied" else "")
         line += (f" peak {_fmt(result.get('peak_memory_gib'), '.3f')} GiB  "
                  f"{_fmt(result.get('samples_per_s'), '.1f')} samples/s  "
-                 f"(spread {_fmt(100 * result.get('time_spread', float('nan')), '.0f')}%{precision}, "
+                 f"(spread {_fmt(100 * result.get('time_spread', float('nan')), '.0f')}%"
+                 f"{' assumed: one timed step' if result.get('spread_assumed') else ''}{precision}, "
                  f"{_fmt(result.get('wall_s'), '.1f')} s)")
     elif result.get("cause"):
         line += f" {result['cause'][:160]}"
@@ -311,8 +312,9 @@ def _full_wall(finished: list, plan: Plan) -> Optional[float]:
         return None
     wall = statistics.median(float(a["wall_s"]) for a in probes)
     step = statistics.median(float(a["step_time_s"]) for a in probes)
-    extra = max(0, plan.warmup_steps + plan.measure_steps - PROBE_STEPS) * step
-    return wall + max(extra, plan.min_measure_s - PROBE_STEPS * step)
+    timed = probe_steps(step)
+    extra = max(0, plan.warmup_steps + plan.measure_steps - timed) * step
+    return wall + max(extra, plan.min_measure_s - timed * step)
 
 
 def oom_at_smaller_micro_batch(study: optuna.Study, params: dict):

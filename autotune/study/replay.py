@@ -6,11 +6,14 @@ turns a recorded success whose device-level peak exceeds it into ``oom``, costin
 recorded trial spent before its first step ended (an out-of-memory trial dies there).
 
 The recorded trials measured the whole window. Other fidelities (trial/fidelity.py) are
-simulated from them: a probe costs the recorded start-up, build and first step plus
+simulated from them: a probe costs the recorded start-up and build, its short first step
+(the recorded first step less the micro-steps after its ``FIRST_MICRO_STEPS``, at the recorded
+step time's share per micro-step: the first step's extra start-up cost is kept whole) plus
 ``probe_steps`` recorded step times, and reports the recorded speed moved by a draw within
 the recorded spread (uniform in [-spread, +spread], seeded by the configuration, so every
-replay is the same), with that spread; its peak is the recorded one (the probe's peak is the
-full measurement's: tests/trial/test_fidelity.py, tests/test_gpu.py). A raced measurement
+replay is the same), with that spread (``ONE_STEP_SPREAD`` where it times one step); its peak
+is the recorded one (the probe's peak is the full measurement's: tests/trial/test_fidelity.py,
+tests/test_gpu.py). A raced measurement
 whose recorded interval lies outside its race range stops after ``RACE_MIN_STEPS`` steps
 (recorded ``raced``); otherwise it costs the recorded wall time.
 """
@@ -26,7 +29,7 @@ from typing import Optional
 import pandas as pd
 
 from autotune.train.strategy import checkpoint_label
-from autotune.trial.fidelity import RACE_MIN_STEPS, probe_steps
+from autotune.trial.fidelity import FIRST_MICRO_STEPS, ONE_STEP_SPREAD, RACE_MIN_STEPS, probe_steps
 
 _KEEP = ("status", "cause", "peak_memory_gib", "device_peak_gib", "cuda_context_gib", "peak_allocated_gib",
          "peak_reserved_gib", "samples_per_s", "time_spread", "step_time_s", "static_gib", "pruned_by",
@@ -80,9 +83,12 @@ class Replay:
         if spec.get("fidelity") == "probe" and step > 0 and fixed > 0:
             seed = zlib.crc32(json.dumps(spec["strategy"], sort_keys=True).encode())
             draw = random.Random(seed).uniform(-spread, spread)
-            result.update(samples_per_s=float(row["samples_per_s"]) * (1 + draw), time_spread=spread,
-                          fidelity="probe")
-            return fixed + probe_steps(step) * step
+            timed = probe_steps(step)
+            result.update(samples_per_s=float(row["samples_per_s"]) * (1 + draw), fidelity="probe",
+                          time_spread=ONE_STEP_SPREAD if timed == 1 else spread)
+            acc = int(row.get("accumulation") or 1)
+            skipped_micro_steps = step * (1 - min(acc, FIRST_MICRO_STEPS) / acc)
+            return max(0.0, fixed - skipped_micro_steps) + timed * step
         result["fidelity"] = "full"
         race = spec.get("race_speed")
         if race and step > 0 and fixed > 0:

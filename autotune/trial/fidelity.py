@@ -5,11 +5,18 @@ A configuration only needs the precision its verdict needs (issue 29):
 * **probe**: the steps until the peak is settled, and speed from a few steps after it.
   Training memory repeats from the second optimizer step on: the first step allocates the
   optimizer state lazily and warms the kernels, and every later step repeats the same
-  allocations. So a probe runs the first step, then the memory window (CPU: the memory
-  step; CUDA: the caching allocator's peak from the second step on), then ``PROBE_STEPS``
-  timed steps (two where two take ``PROBE_ENOUGH_S``), with no minimum time. Its peak is the full measurement's peak (tested on
-  CPU and GPU, tests/test_fidelity.py and tests/test_gpu.py); its speed is marked low
-  precision.
+  allocations, as every micro-step after a step's first repeats the one before. So a probe's
+  first step is short: ``FIRST_MICRO_STEPS`` micro-steps and the optimizer step (which
+  creates the state and runs every kernel a whole step runs, the accumulation into existing
+  gradients included), repeated while the fp16 loss scaler skips the optimizer step (its
+  first steps overflow until the scale comes down; a skipped step creates no state). Then
+  the memory window (CPU: the memory step; CUDA: the caching allocator's peak from the next
+  whole step on), then timed steps until they sum to ``PROBE_ENOUGH_S``, at most
+  ``PROBE_STEPS``, with no minimum time: one step where a step takes a second or more, as
+  a probe's speed only has to exclude a configuration far from the best. Its peak is the
+  full measurement's peak (tested on CPU and GPU, tests/trial/test_fidelity.py and
+  tests/test_gpu.py); its speed is marked low precision, and one timed step's spread,
+  which one step cannot show, is taken as ``ONE_STEP_SPREAD``.
 * **full**: the whole window (``warmup_steps``, at least ``measure_steps`` timed steps and
   ``min_measure_s`` seconds). Given ``race_speed``, the samples/s range in which its verdict
   against the best is still open, it stops early once its interval (median +- IQR, the
@@ -25,8 +32,14 @@ import statistics
 from typing import List, Optional, Sequence
 
 FIDELITIES = ("probe", "raced", "full")  # what a run measured; "raced": a full one its race stopped early
+FIRST_MICRO_STEPS = 2  # a probe's first step: the first micro-step allocates, the second accumulates
+MAX_FIRST_STEPS = 12  # ...repeated while the fp16 scaler skips it: 2**12 below its initial 65536 scale
 PROBE_STEPS = 3  # timed steps of a probe: a median of three resists one outlier
-PROBE_ENOUGH_S = 1.0  # ...or two, where two take this long (slow steps: offload, fp32 at a large batch)
+PROBE_ENOUGH_S = 1.0  # ...or fewer, where fewer take this long (slow steps: fp32, many micro-steps, offload)
+# One timed step shows no spread. Two-step probes of steps over a second spread up to 27 %
+# on the H100 (BERT-large, 16-bit, micro-batch 4 under checkpointing; 0 % for fp32):
+# docs/gpu-runs/fidelity-h100-2026-12-07.
+ONE_STEP_SPREAD = 0.25
 RACE_MIN_STEPS = 4  # a raced measurement decides on no fewer timed steps (an IQR needs four)
 
 
@@ -61,6 +74,14 @@ def race_verdict(step_times: Sequence[float], global_batch: int, undecided: Opti
     return None
 
 
+def probe_done(step_times: Sequence[float]) -> bool:
+    """Has a probe timed enough steps (``run.py`` stops as this says)?"""
+    return len(step_times) >= PROBE_STEPS or sum(step_times) >= PROBE_ENOUGH_S
+
+
 def probe_steps(step_s: float) -> int:
-    """Timed steps a probe takes at ``step_s`` seconds a step (``run.py`` stops as this says)."""
-    return 2 if 2 * step_s >= PROBE_ENOUGH_S else PROBE_STEPS
+    """Timed steps a probe takes at ``step_s`` seconds a step (as ``probe_done`` decides)."""
+    steps: List[float] = []
+    while not probe_done(steps):
+        steps.append(step_s)
+    return len(steps)

@@ -23,7 +23,8 @@ from autotune.trial import clean_start  # noqa: E402
 from autotune.trial.clean_start import DirtyStart, check_clean_start, track  # noqa: E402
 from autotune.trial.contention import Contention  # noqa: E402
 from autotune.trial.contract import TrialResult, TrialSpec  # noqa: E402
-from autotune.trial.fidelity import PROBE_ENOUGH_S, PROBE_STEPS, race_verdict  # noqa: E402
+from autotune.trial.fidelity import FIRST_MICRO_STEPS, MAX_FIRST_STEPS, ONE_STEP_SPREAD, PROBE_STEPS  # noqa: E402
+from autotune.trial.fidelity import probe_done, race_verdict  # noqa: E402
 from autotune.trial.progress import PROGRESS_FILE, TrialProgress  # noqa: E402
 from autotune.train.measure import host_link_gib_s, memory_growth_gib, memory_probe, step_time_stats  # noqa: E402
 from autotune.train.strategy import Strategy, apply_checkpointing, forward_context, make_scaler  # noqa: E402
@@ -56,10 +57,12 @@ def preload(target: Optional[str]) -> None:
             traceback.print_exc()
 
 
-def optimizer_step(workload, batch, strategy: Strategy, optimizer, scaler, device_type: str) -> torch.Tensor:
-    """One optimizer step of ``strategy.accumulation`` micro-steps; returns the mean loss."""
+def optimizer_step(workload, batch, strategy: Strategy, optimizer, scaler, device_type: str,
+                   micro_steps: Optional[int] = None) -> torch.Tensor:
+    """One optimizer step of ``strategy.accumulation`` micro-steps (or the first
+    ``micro_steps`` of them: a probe's first step); returns the mean loss."""
     total = torch.zeros((), device=batch_device(batch))
-    for _ in range(strategy.accumulation):
+    for _ in range(strategy.accumulation if micro_steps is None else micro_steps):
         with forward_context(strategy, device_type):
             loss = workload.loss(workload.model, batch) / strategy.accumulation
         scaler.scale(loss).backward()
@@ -68,6 +71,19 @@ def optimizer_step(workload, batch, strategy: Strategy, optimizer, scaler, devic
     scaler.update()
     optimizer.zero_grad(set_to_none=True)
     return total
+
+
+def first_steps(workload, batch, strategy: Strategy, optimizer, scaler, device_type: str) -> int:
+    """A probe's first step (trial/fidelity.py): ``FIRST_MICRO_STEPS`` micro-steps and the
+    optimizer step, repeated while the loss scaler skips the optimizer step (a skipped step
+    creates no optimizer state). Returns how many ran."""
+    micro_steps = min(strategy.accumulation, FIRST_MICRO_STEPS)
+    for n in range(1, MAX_FIRST_STEPS + 1):
+        scale = scaler.get_scale() if scaler.is_enabled() else None
+        optimizer_step(workload, batch, strategy, optimizer, scaler, device_type, micro_steps)
+        if scale is None or scaler.get_scale() >= scale:  # the scaler lowers its scale when it skips
+            return n
+    return MAX_FIRST_STEPS
 
 
 def saved_bytes(workload, strategy: Strategy, device: torch.device, device_type: str) -> dict:
@@ -190,11 +206,17 @@ def run(spec) -> dict:
         return float(optimizer_step(workload, batch, strategy, optimizer, scaler, device_type))  # synchronises
 
     memory = None
-    if probe.separate_window:  # CPU: a step to create the optimizer state, then the memory step
+    if spec.fidelity == "probe":  # trial/fidelity.py: a short first step settles the state
+        progress.say("first step (creates the optimizer state)", "first")
+        t = time.perf_counter()
+        timings["first_steps"] = first_steps(workload, batch, strategy, optimizer, scaler, device_type)
+        timings["first_step_s"] = time.perf_counter() - t
+    elif probe.separate_window:  # CPU: a step to create the optimizer state before the memory step
         progress.say("first step (creates the optimizer state)", "first")
         t = time.perf_counter()
         step()
         timings["first_step_s"] = time.perf_counter() - t
+    if probe.separate_window:  # CPU: the memory step
         tensors = sum(optim.tensor_bytes(v) for v in [*workload.model.parameters(), *workload.model.buffers(),
                                                        *optim.state_tensors(optimizer), *batch_tensors(batch)])
         progress.say("memory step", "memory")
@@ -203,8 +225,8 @@ def run(spec) -> dict:
         memory = probe.end_window()
 
     warmup, measure, min_measure_s = spec.warmup_steps, spec.measure_steps, spec.min_measure_s
-    if spec.fidelity == "probe":  # trial/fidelity.py: the first step settles the state, then a few timed steps
-        warmup, measure, min_measure_s = (0 if memory is not None else 1), PROBE_STEPS, 0.0
+    if spec.fidelity == "probe":  # settled: the timed steps (CUDA: and the memory window) begin
+        warmup, measure, min_measure_s = 0, PROBE_STEPS, 0.0
     # At least `measure` timed steps and at least `min_measure_s` seconds of them (as
     # torch.utils.benchmark's blocked_autorange does), at most MAX_MEASURE_STEPS; a raced
     # full measurement stops once its interval settles its verdict (trial/fidelity.py).
@@ -240,8 +262,8 @@ def run(spec) -> dict:
             race = race_verdict(step_times, strategy.global_batch, spec.race_speed, measure)
             if race in ("below", "above"):
                 break  # decided; a tie goes on to the whole window, so that it may be named best as it is
-            if spec.fidelity == "probe" and len(step_times) >= 2 and sum(step_times) >= PROBE_ENOUGH_S:
-                break  # slow steps: two of them say what a probe must
+            if spec.fidelity == "probe" and probe_done(step_times):
+                break  # slow steps: fewer of them say what a probe must
         i += 1
     timings["measured_s"] = sum(step_times)
     load = contention.finish() if step_times else {}
@@ -285,6 +307,8 @@ def run(spec) -> dict:
                 result["flops_error"] = f"{type(e).__name__}: {str(e)[:300]}"
                 print(f"flop count failed, no MFU from this trial: {type(e).__name__}: {e}", file=sys.stderr)
     result.update(step_time_stats(step_times, strategy.global_batch))
+    if len(step_times) == 1:  # one step shows no spread: a probe's is assumed (trial/fidelity.py)
+        result.update(time_spread=ONE_STEP_SPREAD, spread_assumed=True)
     result["memory_growth_gib"] = memory_growth_gib(in_use)
     return result
 

@@ -8,7 +8,12 @@ import pytest
 import yaml
 
 from autotune.scoring.score import Baseline, objective_value, speed_at_objective
-from autotune.trial.fidelity import PROBE_ENOUGH_S, RACE_MIN_STEPS, race_verdict
+import torch
+
+from autotune.train.strategy import Strategy
+from autotune.train.workload import Workload
+from autotune.trial.fidelity import MAX_FIRST_STEPS, PROBE_STEPS, RACE_MIN_STEPS, probe_done, probe_steps, race_verdict
+from autotune.trial.run import first_steps
 from autotune.trial.runner import run_trial
 from tests.conftest import run_cli, trial_env
 
@@ -21,21 +26,54 @@ def cpu_spec(ckpt, mb, fidelity, config=None, measure_steps=5, race_speed=None, 
             "fidelity": fidelity, "race_speed": race_speed}
 
 
-@pytest.mark.parametrize("ckpt,mb", [("none", 2), ("none", 8), ("full", 8), ("0.5", 4)])
-def test_a_probe_measures_the_full_measurements_peak_on_cpu(tmp_path, ckpt, mb):
+@pytest.mark.parametrize("ckpt,mb,acc", [("none", 2, 1), ("none", 8, 1), ("full", 8, 1), ("0.5", 4, 1),
+                                         ("none", 4, 6), ("full", 2, 3)])
+def test_a_probe_measures_the_full_measurements_peak_on_cpu(tmp_path, ckpt, mb, acc):
     config = {"width": 1024, "depth": 4}  # peaks of 20-80 MB
-    probe = run_trial(cpu_spec(ckpt, mb, "probe", config), tmp_path / "p", 300, env=trial_env())
-    full = run_trial(cpu_spec(ckpt, mb, "full", config), tmp_path / "f", 300, env=trial_env())
+    probe = run_trial(cpu_spec(ckpt, mb, "probe", config, acc=acc), tmp_path / "p", 300, env=trial_env())
+    full = run_trial(cpu_spec(ckpt, mb, "full", config, acc=acc), tmp_path / "f", 300, env=trial_env())
     assert probe["status"] == full["status"] == "ok", (probe, full)
     assert (probe["fidelity"], full["fidelity"]) == ("probe", "full")
-    # Three timed steps, or two where two take PROBE_ENOUGH_S (a busy machine's slow steps).
+    # Timed steps until they sum to PROBE_ENOUGH_S, at most PROBE_STEPS (a busy machine's are slow).
     steps = probe["step_times_s"]
-    assert len(steps) == (2 if sum(steps[:2]) >= PROBE_ENOUGH_S else 3) and len(full["step_times_s"]) == 5
-    # The same memory step in both. Two full measurements of one configuration in two fresh
-    # processes differ by up to about 100 KiB of resident memory (0.14 % of a 75 MB peak,
-    # measured on a 2-core EPYC); 0.5 % holds that and no real difference.
+    assert probe_done(steps) and not probe_done(steps[:-1]) and len(full["step_times_s"]) == 5
+    assert probe["spread_assumed"] if len(steps) == 1 else "spread_assumed" not in probe
+    assert probe["timings"]["first_steps"] == 1  # fp32: no loss scaler skips a step
+    # The same memory step in both (the probe's after a short first step of at most two
+    # micro-steps). Two full measurements of one configuration in two fresh processes differ
+    # by up to about 100 KiB of resident memory (0.14 % of a 75 MB peak, measured on a 2-core
+    # EPYC); 0.5 % holds that and no real difference.
     assert probe["peak_memory_gib"] == pytest.approx(full["peak_memory_gib"], rel=0.005)
     assert "flops_per_sample" in full and "flops_per_sample" not in probe
+
+
+def test_a_probes_timed_steps_follow_their_length():
+    assert [probe_steps(s) for s in (0.01, 0.4, 0.5, 0.9, 1.0, 7.0)] == [PROBE_STEPS, PROBE_STEPS, 2, 2, 1, 1]
+    assert not probe_done([0.3, 0.3]) and probe_done([0.3, 0.3, 0.3]) and probe_done([1.2])
+
+
+def test_a_probes_first_step_repeats_until_the_scaler_stops_skipping():
+    """fp16's loss scaler skips the optimizer step while its scaled gradients overflow, and a
+    skipped step creates no optimizer state: the probe's first step repeats until one counts."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 8)
+    workload = Workload(model=model, make_batch=lambda n, d: torch.ones(n, 8, device=d),
+                        loss=lambda m, b: m(b).sum() * 1e30)
+    strategy = Strategy(checkpointing="none", precision="fp32", micro_batch=4, accumulation=5)
+    optimizer = torch.optim.AdamW(model.parameters())
+    # A scale 4-8x too large for float32's range: inf until it has halved three times or so.
+    batch = workload.make_batch(4, "cpu")
+    loss = workload.loss(model, batch) / strategy.accumulation
+    loss.backward()
+    largest = max([abs(loss.item())] + [p.grad.abs().max().item() for p in model.parameters()])
+    model.zero_grad(set_to_none=True)
+    init = 2.0 ** math.ceil(math.log2(4 * torch.finfo(torch.float32).max / largest))
+    scaler = torch.amp.GradScaler("cpu", init_scale=init, growth_interval=10**6)
+    steps = first_steps(workload, batch, strategy, optimizer, scaler, "cpu")
+    assert 1 < steps < MAX_FIRST_STEPS and scaler.get_scale() == init / 2 ** (steps - 1), (steps, init)
+    assert len(optimizer.state) == 2  # the step that counted created the state
+    unscaled = torch.amp.GradScaler("cpu", enabled=False)
+    assert first_steps(workload, workload.make_batch(4, "cpu"), strategy, optimizer, unscaled, "cpu") == 1
 
 
 def test_a_raced_measurement_stops_once_its_interval_decides(tmp_path):
