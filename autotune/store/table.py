@@ -139,7 +139,7 @@ def _fold_repeats(row: dict, extra: list) -> None:
                full_runs=sum(fidelity_of(r) == "full" for r in runs),
                spread_assumed=any(r.get("spread_assumed") is True for r in timed))  # a one-step probe's
     if full and probed:  # the probe's speed is replaced: its figures stay in the record
-        for key in ("step_time_s", "race", "flops_per_sample"):
+        for key in ("step_time_s", "race", "flops_per_sample", "flops_error"):
             vals = [r.get(key) for r in full if r.get(key) is not None]
             if vals:
                 row[key] = vals[-1]

@@ -67,6 +67,7 @@ def trial_spec(plan: Plan, strategy: Strategy, fidelity: str = "full", race_spee
                      min_measure_s=plan.min_measure_s, lr=plan.lr, seed=plan.seed,
                      memory_cap_gib=plan.memory_cap_gib,
                      cpu_threads=plan.cpu_threads if isinstance(plan.cpu_threads, int) else None,
+                     offload_bound=True in plan.space.offload,
                      optimizer={"target": plan.optimizer.target, "kwargs": dict(plan.optimizer.kwargs)}).to_dict()
 
 

@@ -47,6 +47,9 @@ class TrialSpec:
     fidelity: str = "full"
     race_speed: Optional[List[float]] = None
     cpu_threads: Optional[int] = None  # CPU: torch.set_num_threads before the model (None: torch's default)
+    # After the measurement, count the bytes activation offload would copy and time the host
+    # link (search=auto's bound on offload, fact 6): only where the space has offload to bound.
+    offload_bound: bool = True
 
     @classmethod
     def from_dict(cls, data: dict) -> "TrialSpec":

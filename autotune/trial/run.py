@@ -111,12 +111,16 @@ def flops_per_sample(workload, strategy: Strategy, device: torch.device, device_
     them (backward is twice the forward; recomputation is not counted, the MFU convention).
     Forward only, without gradients, after the measured steps, and of one sample: a sample's
     work does not depend on the micro-batch, and a micro-batch's forward may not fit beside
-    what the steps left cached under a budget's cap."""
+    what the steps left cached under a budget's cap. Attention runs as the math kernel's
+    matmuls here: torch's counter has no formula for the CPU's fused attention (it counted
+    none of it) and rejects the fused CUDA kernels' grouped-query shapes (Llama: "sdpa_flop_count:
+    query/key/value shapes are incompatible"); the matmuls are the work either kernel does."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.utils.flop_counter import FlopCounterMode
 
     batch = workload.make_batch(1, device)
     counter = FlopCounterMode(display=False)
-    with torch.no_grad(), forward_context(strategy, device_type), counter:
+    with torch.no_grad(), forward_context(strategy, device_type), sdpa_kernel(SDPBackend.MATH), counter:
         workload.loss(workload.model, batch)
     return 3.0 * counter.get_total_flops()
 
@@ -287,7 +291,7 @@ def run(spec) -> dict:
     if spec.race_speed:
         result["race"] = race or "open"
     result.update(measured_memory)
-    if status == "ok":
+    if status == "ok" and spec.offload_bound:
         # For search=auto's bound on offload (fact 6), after the measurement so that nothing
         # here can change it: the bytes offload would copy, and the link it would copy over.
         # A CPU probe skips it: offload runs on CUDA only, and a probe's cost is what it is for.
@@ -300,12 +304,12 @@ def run(spec) -> dict:
         except Exception as e:  # only a bound is lost: the trial measured what it had to
             print(f"saved-bytes count or host-link probe failed, no offload bound from this trial: "
                   f"{type(e).__name__}: {e}", file=sys.stderr)
-        if spec.fidelity == "full":  # for the MFU (scoring/limits.py): the model's work, any configuration
-            try:
-                result["flops_per_sample"] = flops_per_sample(workload, strategy, torch.device(device), device_type)
-            except Exception as e:  # only the MFU is lost; the table says why
-                result["flops_error"] = f"{type(e).__name__}: {str(e)[:300]}"
-                print(f"flop count failed, no MFU from this trial: {type(e).__name__}: {e}", file=sys.stderr)
+    if status == "ok" and spec.fidelity == "full":  # for the MFU (scoring/limits.py): the model's work, any configuration
+        try:
+            result["flops_per_sample"] = flops_per_sample(workload, strategy, torch.device(device), device_type)
+        except Exception as e:  # only the MFU is lost; the table says why
+            result["flops_error"] = f"{type(e).__name__}: {str(e)[:300]}"
+            print(f"flop count failed, no MFU from this trial: {type(e).__name__}: {e}", file=sys.stderr)
     result.update(step_time_stats(step_times, strategy.global_batch))
     if len(step_times) == 1:  # one step shows no spread: a probe's is assumed (trial/fidelity.py)
         result.update(time_spread=ONE_STEP_SPREAD, spread_assumed=True)

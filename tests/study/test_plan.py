@@ -156,3 +156,11 @@ def test_a_broken_space_file_is_one_clear_error(tmp_path, content, message):
     with pytest.raises(ConfigError) as e:
         plan_for("device=cpu", f"search_space.path={path}")
     assert message in str(e.value)
+
+
+def test_a_trial_counts_what_offload_would_copy_only_where_the_space_has_offload():
+    from autotune.study.driver import strategy_of, trial_spec
+
+    strategy = strategy_of({"checkpointing": "none", "precision": "fp32", "micro_batch": 4}, 16)
+    assert trial_spec(plan_for("device=cpu"), strategy)["offload_bound"] is False
+    assert trial_spec(plan_for("device=cpu", "search_space=budgets"), strategy)["offload_bound"] is True

@@ -134,3 +134,7 @@ def test_a_trial_counts_the_bytes_offload_would_copy_as_a_line_in_micro_batch(tm
     with_offload["strategy"]["offload"] = True
     offload = run(tmp_path, with_offload, name="off")
     assert offload["status"] == "ok" and "saved_gib" not in offload  # its copies are measured, not predicted
+    # A space without offload has nothing to bound: the count is not made (study/driver.py:trial_spec).
+    unbounded = run(tmp_path, {**spec("none", mb=4, acc=2, config=cfg, seq_len=512), "offload_bound": False},
+                    name="no-bound")
+    assert unbounded["status"] == "ok" and "saved_gib" not in unbounded and "saved_per_sample_gib" not in unbounded

@@ -154,3 +154,22 @@ def test_a_spec_with_a_key_one_side_does_not_know_is_refused_naming_it(tmp_path)
 
     result = run_spec_file(path)
     assert result["status"] == "error" and "unknown key(s) ['warmup']" in result["cause"]
+
+
+def test_the_flop_count_includes_grouped_query_attention():
+    """A Llama with grouped-query attention: every linear layer's matmul plus the two attention
+    matmuls per layer, times three (forward and backward). torch's counter counted no attention
+    on the CPU's fused kernel and refused the CUDA kernels' grouped-query shapes (trial/run.py)."""
+    import torch
+
+    from autotune.models.llama import build
+    from autotune.train.strategy import Strategy
+    from autotune.trial.run import flops_per_sample
+
+    layers, heads, head_dim, seq = 2, 4, 16, 32
+    workload = build(device="cpu", seq_len=seq, hidden_size=heads * head_dim, intermediate_size=128,
+                     num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=2, vocab_size=100)
+    strategy = Strategy(checkpointing="none", precision="fp32", micro_batch=2, accumulation=1)
+    linear = sum(m.weight.numel() for m in workload.model.modules() if isinstance(m, torch.nn.Linear))
+    attention = layers * 2 * (2 * heads * seq * seq * head_dim)  # q @ k^T and p @ v, on every key
+    assert flops_per_sample(workload, strategy, torch.device("cpu"), "cpu") == 3 * (2 * seq * linear + attention)
