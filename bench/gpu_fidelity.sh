@@ -4,6 +4,7 @@
 #   bash bench/gpu_fidelity.sh default OUT  # bert-large at 24 GiB and llama at 16 GiB, defaults
 #                                           # otherwise, each timed from the command to best.yaml;
 #                                           # then the GPU test of the probe's peak
+#   bash bench/gpu_fidelity.sh bert OUT     # bert-large at 24 GiB alone (a repeat, another machine)
 #   bash bench/gpu_fidelity.sh grid OUT     # llama at 16 GiB: the fresh-process grid of the
 #                                           # default space, every trial in full (the reference)
 set -u
@@ -34,6 +35,8 @@ case "$1" in
     timed bert-large-24 model=bert-large budget_gib=24
     timed llama-16 model=llama budget_gib=16
     python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu.py -k "probe" 2>&1 | tee "$out/pytest-probe.log" | tail -8 ;;
+  bert)
+    timed bert-large-24 model=bert-large budget_gib=24 ;;
   grid)
     TIMED_LIMIT_S=560 timed llama-16-grid model=llama budget_gib=16 search=grid trial.fidelity=full trial.repeats=0 \
       search.timeout=480 ;;
