@@ -6,7 +6,8 @@
 #                                           # then the GPU test of the probe's peak
 #   bash bench/gpu_fidelity.sh bert OUT     # bert-large at 24 GiB alone (a repeat, another machine)
 #   bash bench/gpu_fidelity.sh grid OUT     # llama at 16 GiB: the fresh-process grid of the
-#                                           # default space, every trial in full (the reference)
+#                                           # default space, every trial in full (the reference);
+#                                           # GRID_LIMIT_S, GRID_SEARCH_S: its limits (560, 480 s)
 set -u
 export PYTHONUNBUFFERED=1
 out=$2
@@ -38,8 +39,8 @@ case "$1" in
   bert)
     timed bert-large-24 model=bert-large budget_gib=24 ;;
   grid)
-    TIMED_LIMIT_S=560 timed llama-16-grid model=llama budget_gib=16 search=grid trial.fidelity=full trial.repeats=0 \
-      search.timeout=480 ;;
+    TIMED_LIMIT_S=${GRID_LIMIT_S:-560} timed llama-16-grid model=llama budget_gib=16 search=grid trial.fidelity=full trial.repeats=0 \
+      search.timeout=${GRID_SEARCH_S:-480} ;;
 esac
 # At most 8 files come back from the device machine: one archive per run (its directory,
 # log, timing and study), beside gpu.txt and the pytest log.

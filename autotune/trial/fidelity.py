@@ -36,9 +36,11 @@ FIRST_MICRO_STEPS = 2  # a probe's first step: the first micro-step allocates, t
 MAX_FIRST_STEPS = 12  # ...repeated while the fp16 scaler skips it: 2**12 below its initial 65536 scale
 PROBE_STEPS = 3  # timed steps of a probe: a median of three resists one outlier
 PROBE_ENOUGH_S = 1.0  # ...or fewer, where fewer take this long (slow steps: fp32, many micro-steps, offload)
-# One timed step shows no spread. Two-step probes of steps over a second spread up to 27 %
-# on the H100 (BERT-large, 16-bit, micro-batch 4 under checkpointing; 0 % for fp32):
-# docs/gpu-runs/fidelity-h100-2026-12-07.
+# One timed step shows no spread. Probes of two or three steps spread up to 27 % on an H100
+# (BERT-large, 16-bit at micro-batch 4 under checkpointing, commit c000c25) and 18 % (Llama,
+# docs/gpu-runs/fidelity-h100-2026-12-07/machine-a); one-step probes (fp32, steps over a
+# second) read within 1.1 % of the grid's full figures there but one (-11 %, whose own
+# spread in the grid was 24 %).
 ONE_STEP_SPREAD = 0.25
 RACE_MIN_STEPS = 4  # a raced measurement decides on no fewer timed steps (an IQR needs four)
 
