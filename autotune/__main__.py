@@ -13,6 +13,10 @@ def _stopped_early(signum, frame):
 signal.signal(signal.SIGINT, _stopped_early)
 signal.signal(signal.SIGTERM, _stopped_early)
 
+from autotune.system.quiet import quiet_third_party  # noqa: E402
+
+quiet_third_party()  # before the imports that bring torchao (system/quiet.py)
+
 from autotune.cli import check_run_dir, main  # noqa: E402
 
 

@@ -20,6 +20,7 @@ import time
 import torch
 
 from autotune import Workload, load_tuned
+from autotune.system.quiet import quiet_third_party
 
 
 def build_workload(tuned, device: torch.device) -> Workload:
@@ -78,6 +79,7 @@ def main() -> None:
                         help="import the model builder or optimizer best.yaml names from PACKAGE too (a tuned file "
                              "names code; torch, torchao, autotune and the packages this machine tuned are trusted)")
     args = parser.parse_args()
+    quiet_third_party()  # optional: torchao's known-harmless import lines (autotune/system/quiet.py)
     try:
         tuned = load_tuned(args.best_yaml, trust=args.trust)
         tuned.check_trust()  # the builder and optimizer it names, before anything is imported

@@ -40,6 +40,7 @@ import warnings
 from contextlib import contextmanager
 from pathlib import Path
 
+from autotune.system.quiet import quiet_third_party
 from autotune.trial.runner import die_with_parent
 
 
@@ -147,6 +148,7 @@ def main(argv=None) -> int:
     control = os.fdopen(control_fd, "w", buffering=1)
     os.dup2(2, 1)  # the server's own prints go to its log, never onto the control channel
     start = time.perf_counter()
+    quiet_third_party()  # its trials' logs start clean too (system/quiet.py)
     try:
         preload(target)
     except CudaStarted as e:  # the driver runs every trial in a fresh interpreter instead

@@ -19,6 +19,7 @@ from typing import Optional
 
 import torch  # noqa: E402
 
+from autotune.system.quiet import quiet_third_party  # noqa: E402
 from autotune.trial import clean_start  # noqa: E402
 from autotune.trial.clean_start import DirtyStart, check_clean_start, track  # noqa: E402
 from autotune.trial.contention import Contention  # noqa: E402
@@ -366,6 +367,7 @@ def main(argv=None) -> int:
         print("usage: python -m autotune.trial SPEC.json", file=sys.stderr)
         return 2
     spec_path = Path(argv[0])
+    quiet_third_party()
     try:
         target = json.loads(spec_path.read_text())["model"]["target"]
     except (OSError, ValueError, KeyError, TypeError):
