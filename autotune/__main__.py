@@ -17,11 +17,12 @@ from autotune.system.quiet import quiet_third_party  # noqa: E402
 
 quiet_third_party()  # before the imports that bring torchao (system/quiet.py)
 
-from autotune.cli import check_run_dir, main  # noqa: E402
+from autotune.cli import check_keys, check_run_dir, main  # noqa: E402
 
 
 def run() -> None:
     """``python -m autotune`` and the ``autotune`` console script."""
+    check_keys(sys.argv[1:])
     check_run_dir(sys.argv[1:])
     main()
 

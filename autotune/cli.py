@@ -43,6 +43,18 @@ def check_run_dir(argv) -> None:
         sys.exit(2)
 
 
+def check_keys(argv) -> None:
+    """Exit with one line per unknown key, each with the nearest known one, before Hydra
+    composes the config (study/config.py:unknown_key_problems)."""
+    from autotune.study.config import unknown_key_problems
+
+    problems = unknown_key_problems(argv)
+    if problems:
+        for problem in problems:
+            print(f"error: {problem}", file=sys.stderr)
+        sys.exit(2)
+
+
 def early_fork_server(cfg: DictConfig, run_dir: Path):
     """The fork server's imports (torch, transformers, the model's builder: seconds) started
     before the driver's own (autotune.tune: about 3 s on two cores), where the composed config

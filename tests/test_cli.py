@@ -96,7 +96,7 @@ def test_bad_input_is_rejected_before_any_trial_or_storage(tmp_path):
 
 def test_unknown_key_and_unknown_model_fail_at_compose(tmp_path):
     out = run_cli(tmp_path / "a", "model=tiny", "budget=3")
-    assert out.returncode != 0 and "budget" in out.stderr
+    assert out.returncode == 2 and "unknown key 'budget'; did you mean budget_gib=3?" in out.stderr, out.stderr
     out = run_cli(tmp_path / "b", "model=gpt5")
     assert out.returncode != 0 and "gpt5" in out.stderr and "bert" in out.stderr
 

@@ -170,14 +170,44 @@ def schema_keys() -> List[str]:
     return keys
 
 
+def _nearest(key: str, known: List[str]) -> Optional[str]:
+    """The known key a mistyped one most likely meant: the closest spelling, else the one
+    ending in the same name (``fidelity`` for ``trial.fidelity``)."""
+    import difflib
+
+    near = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+    if near:
+        return near[0]
+    same_leaf = [k for k in known if k.rsplit(".", 1)[-1] == key.rsplit(".", 1)[-1]]
+    return same_leaf[0] if len(same_leaf) == 1 else None
+
+
+def unknown_key_problems(overrides) -> List[str]:
+    """``key=value`` overrides of a key the schema does not have, each with the nearest known
+    key, before Hydra composes (it would answer ``Key 'budget' not in 'TuneConfig'`` and
+    advise ``+budget=4``, a key nothing reads). Flags (``--help``), ``+``/``~`` overrides
+    (``added_key_problems``), Hydra's own keys and keys under ``OPEN_KEYS`` are not checked."""
+    known = schema_keys()
+    problems = []
+    for override in overrides:
+        if override.startswith(("-", "+", "~")) or "=" not in override:
+            continue
+        key, value = (part.strip() for part in override.split("=", 1))
+        if (key in GROUPS or key in known or key.startswith("hydra.")
+                or any(key.startswith(prefix + ".") for prefix in OPEN_KEYS)):
+            continue
+        near = _nearest(key, known)
+        problems.append(f"{override}: unknown key '{key}'; " + (f"did you mean {near}={value}?" if near else
+                        "python -m autotune --help lists every key"))
+    return problems
+
+
 def added_key_problems(overrides) -> List[str]:
     """``+key=value`` overrides that add a key autotune does not read (Hydra accepts them, and
     the run would go on without the value: ``+roi.memory_price=5`` for
     ``roi.memory_price_per_gib_hour``), each with the nearest known key. Allowed: a config
     group (``+experiment=NAME``), Hydra's own keys, known keys (``++budget_gib=4``) and keys under
     ``OPEN_KEYS``."""
-    import difflib
-
     known = schema_keys()
     problems = []
     for override in overrides:
@@ -187,9 +217,9 @@ def added_key_problems(overrides) -> List[str]:
         if (key in GROUPS or key in known or key.startswith("hydra.")
                 or any(key.startswith(prefix + ".") for prefix in OPEN_KEYS)):
             continue
-        near = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+        near = _nearest(key, known)
         problems.append(f"{override}: adds a key autotune does not read ({key}), so the run would go on without "
-                        f"it; " + (f"did you mean {near[0]}? Set it without '+'" if near else
+                        f"it; " + (f"did you mean {near}? Set it without '+'" if near else
                                    "autotune --help lists every key")
                         + f". New keys are taken only under {', '.join(k + '.*' for k in OPEN_KEYS)} (a builder's "
                           "or optimizer's own keyword arguments)")

@@ -85,3 +85,24 @@ def test_help_says_what_the_tool_does_and_lists_every_key(tmp_path):
     for key, default, meaning in config_keys():
         assert re.search(rf"^  {re.escape(key)}={re.escape(default)} +{re.escape(meaning)}$", out.stdout, re.M), key
     assert not (tmp_path / "outputs").exists()  # asking for help makes no run directory
+
+
+def test_an_unknown_key_is_refused_before_hydra_with_the_nearest_known_one(tmp_path):
+    from autotune.study.config import unknown_key_problems
+
+    assert unknown_key_problems(["budget=4", "trial.fidelty=full", "fidelity=full", "zzz=1"]) == [
+        "budget=4: unknown key 'budget'; did you mean budget_gib=4?",
+        "trial.fidelty=full: unknown key 'trial.fidelty'; did you mean trial.fidelity=full?",
+        "fidelity=full: unknown key 'fidelity'; did you mean trial.fidelity=full?",  # the same name, one level down
+        "zzz=1: unknown key 'zzz'; python -m autotune --help lists every key"]
+    # Known keys, groups, Hydra's own, the builder's and optimizer's open keys, flags and +/~ pass here.
+    assert unknown_key_problems(["budget_gib=4", "model=llama", "search=grid", "search_space.micro_batch.min=4",
+                                 "hydra.run.dir=x", "model.config.num_hidden_layers=2", "optimizer.momentum=0.9",
+                                 "--help", "+roi.x=1", "~optimizer.weight_decay"]) == []
+    out = subprocess.run([sys.executable, "-m", "autotune", "budget=4", "trial.fidelty=full"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and out.stdout == "", out
+    assert out.stderr.splitlines() == ["error: budget=4: unknown key 'budget'; did you mean budget_gib=4?",
+                                       "error: trial.fidelty=full: unknown key 'trial.fidelty'; did you mean "
+                                       "trial.fidelity=full?"]
+    assert not (tmp_path / "outputs").exists()  # refused before Hydra makes a run directory
