@@ -72,6 +72,26 @@ def dry_run_text(plan: Plan) -> str:
     return "\n".join(lines + rows)
 
 
+def check_build(plan: Plan) -> tuple:
+    """dry_run=true: call the model's builder once on the meta device (no memory, no weights),
+    so that a builder returning the wrong type fails here, not at the first trial. Returns
+    (the line to print, whether it is an error). A builder that cannot build on the meta
+    device is not an error: its trials build it for real."""
+    from autotune.trial.run import not_a_workload, resolve_builder
+
+    try:
+        built = resolve_builder(plan.model_target)(device="meta", seq_len=plan.seq_len, **plan.model_config)
+    except Exception as e:
+        return (f"builder check: {plan.model_target} could not build on the meta device ({type(e).__name__}: "
+                f"{str(e)[:200]}); the first trial builds it for real", False)
+    wrong = not_a_workload(plan.model_target, built)
+    if wrong:
+        return f"model._target_={plan.model_target}: {wrong}", True
+    params = sum(p.numel() for p in built.model.parameters())
+    return (f"builder check: {plan.model_target} returns a Workload on the meta device ({params / 1e6:.1f}M "
+            f"parameters, {len(built.blocks)} blocks to checkpoint)", False)
+
+
 def _describe(plan: Plan) -> None:
     d = plan.device
     grid = plan.choices
@@ -187,6 +207,11 @@ def _tune(cfg: DictConfig, run_dir: Path, overrides, hydra_overrides, forks) -> 
     log.info(f"study '{plan.study_name}' in {redact(storage)}")
     if plan.dry_run:
         log.info(dry_run_text(plan))
+        line, wrong = check_build(plan)
+        if wrong:
+            log.error(line)
+            return 2
+        log.info(line)
         return 0
     interrupted = False
     others = []

@@ -101,6 +101,17 @@ def test_unknown_key_and_unknown_model_fail_at_compose(tmp_path):
     assert out.returncode != 0 and "gpt5" in out.stderr and "bert" in out.stderr
 
 
+def test_a_dry_run_builds_the_model_on_the_meta_device_and_refuses_a_builder_that_returns_a_module(tmp_path):
+    out = run_cli(tmp_path / "ok", "model=tiny", "device=cpu", "seq_len=16", "dry_run=true")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert re.search(r"builder check: \S+ returns a Workload on the meta device \(\d+\.\dM parameters, \d+ blocks",
+                     out.stdout + out.stderr), out.stdout + out.stderr
+    out = run_cli(tmp_path / "module", "model=faulty", "model.config.fault=module", "device=cpu", "dry_run=true")
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "returned tests.workloads.Blocks, not an autotune Workload" in out.stdout + out.stderr
+    assert not (tmp_path / "module" / "trials").exists()  # nothing ran
+
+
 def test_several_budgets_get_a_best_config_each_from_the_same_trials(tmp_path):
     space = tmp_path / "space.yaml"
     space.write_text("checkpointing: [none, full]\nprecision: [fp32]\nmicro_batch: {min: 8, max: 8}\n")

@@ -45,6 +45,16 @@ def resolve_builder(target: str):
     return getattr(module, attr)
 
 
+def not_a_workload(target: str, built) -> Optional[str]:
+    """What is wrong with what builder ``target`` returned, or None where it is a Workload."""
+    if isinstance(built, Workload):
+        return None
+    got = type(built)
+    return (f"{target} returned {got.__module__}.{got.__qualname__}, not an autotune Workload; return "
+            "Workload(model=..., make_batch=..., loss=..., blocks=[...]) (from autotune import Workload; "
+            "examples/custom_model.py shows one)")
+
+
 def preload(target: Optional[str]) -> None:
     """What a trial process imports before it takes its memory baseline, so that no import
     counts as the trial's memory or time: the model builder's module and what the first
@@ -185,11 +195,9 @@ def run(spec) -> dict:
         raise
     except Exception as e:
         raise BuildError(f"{type(e).__name__}: {e}") from e
-    if not isinstance(workload, Workload):  # else the first use fails with an AttributeError in every trial
-        got = type(workload)
-        raise BuildError(f"{spec.model.target} returned {got.__module__}.{got.__qualname__}, not an autotune "
-                         "Workload; return Workload(model=..., make_batch=..., loss=..., blocks=[...]) "
-                         "(from autotune import Workload; examples/custom_model.py shows one)")
+    wrong = not_a_workload(spec.model.target, workload)
+    if wrong:  # else the first use fails with an AttributeError in every trial
+        raise BuildError(wrong)
     track(workload.model)
     workload.model.train()
     if strategy.checkpoint_fraction > 0 and not workload.blocks:
