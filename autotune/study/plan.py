@@ -112,7 +112,8 @@ def _defined_in_source(target: str) -> bool:
     return False
 
 
-def _check_builder(target: str, problems: List[str]) -> None:
+def _check_builder(target: str, problems: List[str], key: str = "model._target_") -> None:
+    """``key``: the key the user typed (model=custom's ``model.target`` sets ``model._target_``)."""
     from autotune.trial.run import resolve_builder
 
     try:
@@ -123,11 +124,11 @@ def _check_builder(target: str, problems: List[str]) -> None:
     try:
         builder = resolve_builder(target)
     except (ImportError, AttributeError, ValueError) as e:
-        problems.append(f"model._target_={target}: cannot be imported ({type(e).__name__}: {e}); "
+        problems.append(f"{key}={target}: cannot be imported ({type(e).__name__}: {e}); "
                         "give 'package.module:function' of an importable builder")
         return
     if not callable(builder):
-        problems.append(f"model._target_={target}: is not callable; it must name a function returning a Workload")
+        problems.append(f"{key}={target}: is not callable; it must name a function returning a Workload")
 
 
 def _refused(target: str, kwargs: dict, error: Exception, problems: List[str]) -> None:
@@ -356,7 +357,9 @@ def make_plan(cfg: TuneConfig, overridden: frozenset = frozenset()) -> Plan:
                         "space's micro_batch.max")
     if device is not None and micro_batches and seq_len >= 1:
         problems += _check_sequence(seq_len, min(micro_batches), model_config, device)
-    _check_builder(cfg.model._target_, problems)
+    _check_builder(cfg.model._target_, problems,
+                   "model.target" if "model.target" in overridden and "model._target_" not in overridden
+                   else "model._target_")
     group_opt = cfg.optimizer if isinstance(cfg.optimizer, dict) else OmegaConf.to_container(cfg.optimizer)
     optimizer = _check_optimizer(group_opt, t.lr, problems) if is_positive(t.lr) else None
 

@@ -60,6 +60,9 @@ def test_unknown_precision_in_a_space_file(tmp_path):
 def test_unimportable_model_target_is_one_clear_error():
     with pytest.raises(ConfigError, match=r"model._target_=nowhere.module:build: cannot be imported"):
         plan_for("device=cpu", "model._target_=nowhere.module:build")
+    # model=custom takes model.target (its _target_ follows it): the error names the key typed.
+    with pytest.raises(ConfigError, match=r"- model.target=nowhere.module:build: cannot be imported"):
+        plan_for("device=cpu", "model=custom", "model.target=nowhere.module:build")
 
 
 def test_cuda_requested_without_cuda(monkeypatch):
