@@ -89,5 +89,5 @@ def test_a_custom_target_that_does_not_import_is_one_error_before_the_study(tmp_
     out = run_cli(tmp_path / "run", "model=custom", "model.target=nowhere.module:build", *QUICK,
                   f"storage=sqlite:///{db}")
     assert out.returncode == 2
-    assert "model._target_=nowhere.module:build: cannot be imported (ModuleNotFoundError" in out.stdout + out.stderr
+    assert "model.target=nowhere.module:build: cannot be imported (ModuleNotFoundError" in out.stdout + out.stderr
     assert not db.exists()
