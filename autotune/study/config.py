@@ -170,6 +170,13 @@ def schema_keys() -> List[str]:
     return keys
 
 
+def _readable(key: str, known: List[str]) -> bool:
+    """Is ``key`` one autotune reads: a config group, a schema key, Hydra's own, or a key
+    under ``OPEN_KEYS``?"""
+    return (key in GROUPS or key in known or key.startswith("hydra.")
+            or any(key.startswith(prefix + ".") for prefix in OPEN_KEYS))
+
+
 def _nearest(key: str, known: List[str]) -> Optional[str]:
     """The known key a mistyped one most likely meant: the closest spelling, else the one
     ending in the same name (``fidelity`` for ``trial.fidelity``)."""
@@ -193,8 +200,7 @@ def unknown_key_problems(overrides) -> List[str]:
         if override.startswith(("-", "+", "~")) or "=" not in override:
             continue
         key, value = (part.strip() for part in override.split("=", 1))
-        if (key in GROUPS or key in known or key.startswith("hydra.")
-                or any(key.startswith(prefix + ".") for prefix in OPEN_KEYS)):
+        if _readable(key, known):
             continue
         near = _nearest(key, known)
         problems.append(f"{override}: unknown key '{key}'; " + (f"did you mean {near}={value}?" if near else
@@ -214,8 +220,7 @@ def added_key_problems(overrides) -> List[str]:
         if not override.startswith("+"):
             continue
         key = override.lstrip("+").split("=", 1)[0].strip()
-        if (key in GROUPS or key in known or key.startswith("hydra.")
-                or any(key.startswith(prefix + ".") for prefix in OPEN_KEYS)):
+        if _readable(key, known):
             continue
         near = _nearest(key, known)
         problems.append(f"{override}: adds a key autotune does not read ({key}), so the run would go on without "

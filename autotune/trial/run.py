@@ -219,15 +219,13 @@ def run(spec) -> dict:
         return float(optimizer_step(workload, batch, strategy, optimizer, scaler, device_type))  # synchronises
 
     memory = None
-    if spec.fidelity == "probe":  # trial/fidelity.py: a short first step settles the state
+    if spec.fidelity == "probe" or probe.separate_window:  # the optimizer state, before the memory window
         progress.say("first step (creates the optimizer state)", "first")
         t = time.perf_counter()
-        timings["first_steps"] = first_steps(workload, batch, strategy, optimizer, scaler, device_type)
-        timings["first_step_s"] = time.perf_counter() - t
-    elif probe.separate_window:  # CPU: a step to create the optimizer state before the memory step
-        progress.say("first step (creates the optimizer state)", "first")
-        t = time.perf_counter()
-        step()
+        if spec.fidelity == "probe":  # trial/fidelity.py: a short first step settles the state
+            timings["first_steps"] = first_steps(workload, batch, strategy, optimizer, scaler, device_type)
+        else:  # CPU, a full measurement: one whole step before the memory step
+            step()
         timings["first_step_s"] = time.perf_counter() - t
     if probe.separate_window:  # CPU: the memory step
         tensors = sum(optim.tensor_bytes(v) for v in [*workload.model.parameters(), *workload.model.buffers(),
