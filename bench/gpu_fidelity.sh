@@ -8,6 +8,9 @@
 #   bash bench/gpu_fidelity.sh grid OUT     # llama at 16 GiB: the fresh-process grid of the
 #                                           # default space, every trial in full (the reference);
 #                                           # GRID_LIMIT_S, GRID_SEARCH_S: its limits (560, 480 s)
+#   bash bench/gpu_fidelity.sh budgets OUT  # the pinned-memory bench (bench/pinned_alloc.py), then
+#                                           # experiment=bert_large_budgets as a grid, every trial
+#                                           # in full: the replay's offload table, today's code
 set -u
 export PYTHONUNBUFFERED=1
 out=$2
@@ -41,6 +44,10 @@ case "$1" in
   grid)
     TIMED_LIMIT_S=${GRID_LIMIT_S:-560} timed llama-16-grid model=llama budget_gib=16 search=grid trial.fidelity=full trial.repeats=0 \
       search.timeout=${GRID_SEARCH_S:-480} ;;
+  budgets)
+    python3 bench/pinned_alloc.py --gib 16 --out "$out/pinned_alloc.json" 2>&1 | tail -5
+    TIMED_LIMIT_S=${GRID_LIMIT_S:-470} timed budgets-grid experiment=bert_large_budgets search=grid trial.fidelity=full \
+      search.timeout=${GRID_SEARCH_S:-420} ;;
 esac
 # At most 8 files come back from the device machine: one archive per run (its directory,
 # log, timing and study), beside gpu.txt and the pytest log.
