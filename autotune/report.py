@@ -13,6 +13,7 @@ def main(argv=None) -> int:
     import sys
 
     from autotune.scoring.budgets import budgets_summary, budgets_table
+    from autotune.results.headline import headline
     from autotune.results.outputs import summary
     from autotune.results.review import ReviewError, open_reviewed, path_arguments, scored_for_report
     from autotune.store.storage import StorageError
@@ -43,6 +44,9 @@ def main(argv=None) -> int:
     if len(results) > 1:
         print(budgets_summary(results))
     print(f"report: {path}")
+    print("\n" + "\n".join(headline(primary.scored, primary.best, primary.baseline, reviewed.scoring.objective,
+                                    reviewed.scoring.primary_budget, reviewed.scoring.global_batch,
+                                    str(meta.get("device_name", "")))))
     return 0
 
 

@@ -12,12 +12,9 @@ import pandas as pd
 
 from autotune.results.review import ReviewError, open_reviewed, path_arguments
 from autotune.store.storage import StorageError
+from autotune.train.values import is_true
 
 OBJECTIVES = ("roi", "throughput")
-
-
-def _true(value) -> bool:
-    return str(value).strip().lower() == "true"  # a yes/no cell read back: numpy bools, "True", NaN
 
 
 def best_lines(reviewed, budgets=None) -> list:
@@ -29,7 +26,7 @@ def best_lines(reviewed, budgets=None) -> list:
                 lines.append(head + f"nothing fits ({r.why})")
                 continue
             b = r.scored.loc[r.best]
-            extra = (" offload" if _true(b.get("offload")) else "") + (
+            extra = (" offload" if is_true(b.get("offload")) else "") + (
                 f" allocator={b['allocator']}" if b.get("allocator", "default") != "default" else "")
             roi = f", ROI {b['roi']:.2f}" if pd.notna(b.get("roi")) else ""
             lines.append(head + f"checkpointing={b['checkpointing']} precision={b['precision']} "

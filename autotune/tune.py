@@ -23,6 +23,7 @@ from autotune.store.table import left_out_note, trials_table
 from autotune.study.config import added_key_problems
 from autotune.study.plan import ConfigError, Plan, make_plan
 from autotune.results.page import write_report
+from autotune.results.headline import headline
 from autotune.results.outputs import summary, write_outputs
 from autotune.scoring.budgets import budgets_summary, budgets_table, per_budget
 from autotune.scoring.limits import limits_line
@@ -315,6 +316,8 @@ def _write_outputs(plan: Plan, study, run_dir: Path, storage: str, meta: dict, c
         if len(results) > 1:
             log.info(budgets_summary(results))
         log.info(f"outputs: {run_dir}  (report: {report.name}, tuned config: {', '.join(files) or 'none'})")
+        log.info("\n" + "\n".join(headline(scored, best, baseline, plan.objective, plan.budget_gib, plan.global_batch,
+                                           plan.device.name)))
     interrupted = interrupted or bool(stops)
     if interrupted:
         log.info(f"interrupted: the outputs cover the trials that finished. Run the same command again to "

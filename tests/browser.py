@@ -91,9 +91,12 @@ def _above_4(fd: int) -> int:
     return high
 
 
-def visit(page: Path, expression: str, screenshot: Optional[Path] = None, settle_s: float = 1.0) -> PageVisit:
-    """Load ``page`` (a local file), evaluate ``expression`` once it has loaded, record
-    what it did on the way, and save a full-page screenshot if asked."""
+def visit(page: Path, expression: str, screenshot: Optional[Path] = None, settle_s: float = 1.0,
+          width: int = 1280) -> PageVisit:
+    """Load ``page`` (a local file) in a window ``width`` px wide (a phone's 390, say:
+    emulated as a mobile screen, so the page's viewport rule applies), evaluate
+    ``expression`` once it has loaded, record what it did on the way, and save a full-page
+    screenshot if asked."""
     exe = chromium()
     if exe is None:
         raise FileNotFoundError("chromium is not installed (apt-get install chromium)")
@@ -118,6 +121,8 @@ def visit(page: Path, expression: str, screenshot: Optional[Path] = None, settle
         session = pipe.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
         for domain in ("Network", "Runtime", "Log", "Page"):
             pipe.call(f"{domain}.enable", session=session)
+        pipe.call("Emulation.setDeviceMetricsOverride", {"width": width, "height": 1000, "deviceScaleFactor": 1,
+                                                         "mobile": width < 600}, session=session)
         pipe.call("Page.navigate", {"url": page.resolve().as_uri()}, session=session)
         deadline = time.time() + 30
         while not any(e["method"] == "Page.loadEventFired" for e in pipe.events) and time.time() < deadline:

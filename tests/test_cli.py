@@ -64,6 +64,12 @@ def test_tune_writes_every_output(tmp_path):
     assert set(folded["fidelity"]) <= {"raced", "full"} and set(trials.loc[
         (trials["status"] == "ok") & trials["samples_per_s_runs"].isna(), "fidelity"]) <= {"probe"}
     assert "best by roi:" in out.stdout and "Pareto front" in out.stdout
+    # The terminal starts with autotune's own line (no third-party noise from the trial
+    # processes either) and ends with the headline: what to use, against the baseline, how sure.
+    assert out.stdout.splitlines()[0].startswith("device: ") and out.stderr == "", (out.stdout[:300], out.stderr)
+    last = out.stdout.rstrip("\n").split("\n\n")[-1].splitlines()
+    assert last[0].startswith("Use ") and "samples/s" in last[0] and last[2].startswith("Certainty: "), last
+    assert last[1].startswith(("Against the baseline none/fp32/mb8", "This is the baseline")), last
 
     tuned = load_tuned(run_dir / "best.yaml")
     best = yaml.safe_load((run_dir / "best.yaml").read_text())
@@ -147,6 +153,8 @@ def test_dry_run_prints_the_plan_as_it_will_run_and_runs_nothing(tmp_path):
     assert all(line.endswith("may run") for line in lines if line not in offloaded)
     assert "8 configurations (4 runnable" in text
     assert not (tmp_path / "studies.db").exists() and not (run_dir / "trials").exists()
+    # A quiet start: autotune's own line comes first, and nothing third-party before it.
+    assert text.splitlines()[0].startswith("device: ") and out.stderr == "", (text[:300], out.stderr)
 
 
 def test_auto_records_what_the_device_cannot_run_and_the_headline_says_so(tmp_path):

@@ -302,7 +302,7 @@ def test_a_trial_that_shares_the_gpu_with_a_busy_process_is_flagged_and_re_measu
     # the others' (not in the H100 container of 2026-12-06: host PIDs): contention.gpu_others.
     assert re.search(r"CONTENDED: \d other process\(es\) on the GPU \(\d+\.\d GiB(, up to \d+% of its SMs)?\)",
                      first_line), out.stdout
-    assert "[repeat 1 of trial 0]" in out.stdout and "contention: 1 trial(s)" in out.stdout
+    assert "[repeat 1 of trial 0]" in out.stdout and "contention: 1 of 1 configurations ran while" in out.stdout
     row = pd.read_csv(run_dir / "trials.csv").iloc[0]
     assert row["contended_runs"] >= 1 and isinstance(row["contention"], str)
     assert "<b>Contention</b>" in (run_dir / "report.html").read_text()

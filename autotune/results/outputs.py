@@ -16,14 +16,10 @@ from autotune.scoring.score import Baseline
 from autotune.train.optimizer import MODEL_STATE_DEFAULTS, changes_numerics
 from autotune.train.strategy import checkpoint_label
 from autotune.train.trust import record_tuned
+from autotune.train.values import is_true
 
 SUMMARY_COLUMNS = ["checkpointing", "precision", "micro_batch", "accumulation", "offload", "allocator",
                    *MODEL_STATE_DEFAULTS, "peak_memory_gib", "samples_per_s", "roi", "fidelity", "loss_parity"]
-
-
-def _true(value) -> bool:
-    """A yes/no cell read back from a table: numpy booleans, "True" strings, NaN as no."""
-    return str(value).strip().lower() == "true"
 
 
 def pareto_table(scored: pd.DataFrame) -> pd.DataFrame:
@@ -106,26 +102,38 @@ def trial_cost(scored: pd.DataFrame) -> Optional[str]:
             f"step) and timed steps {med['measured_s']:.1f} s")
 
 
-def contention_note(scored: pd.DataFrame) -> Optional[str]:
-    """One line on the trials that ran while other processes competed for the device."""
+def contention_summary(scored: pd.DataFrame) -> Optional[Tuple[str, List[str]]]:
+    """The trials that ran while other processes competed for the device: one short sentence
+    (how many, how much slower where a quiet run shows it, what was done about it) and the
+    per-trial detail, or None where nothing competed."""
     if "contended" not in scored:
         return None
     ok = scored["status"] == "ok"
-    still = scored[ok & scored["contended"].fillna(False).astype(bool)]
+    busy_now = scored["contended"].fillna(False).astype(bool)
     runs = pd.to_numeric(scored.get("contended_runs", pd.Series(0, index=scored.index)), errors="coerce").fillna(0)
-    quiet_again = scored[ok & (runs > 0) & ~scored["contended"].fillna(False).astype(bool)]
+    still, quiet_again = scored[ok & busy_now], scored[ok & (runs > 0) & ~busy_now]
     if still.empty and quiet_again.empty:
         return None
-    parts = []
+    n = len(still) + len(quiet_again)
+    text = f"{n} of {int(ok.sum())} configurations ran while other processes competed for the device"
+    busy_sps = pd.to_numeric(quiet_again.get("contended_samples_per_s", pd.Series(dtype=float)), errors="coerce")
+    slower = (quiet_again["samples_per_s"] / busy_sps)[busy_sps > 0]
+    if len(slower):
+        text += f" ({slower.median():.1f}x slower then than on a quiet machine, median of {len(slower)})"
+    done = []
     if len(quiet_again):
-        parts.append(f"{len(quiet_again)} trial(s) ran while other processes competed for the device and were "
-                     "re-measured on a quiet one (their speed is the quiet run's): trial(s) "
-                     + ", ".join(str(int(n)) for n in quiet_again["number"]))
+        done.append(f"{len(quiet_again)} re-measured on a quiet machine, their quiet speed used")
     if len(still):
-        parts.append(f"{len(still)} trial(s) measured only while other processes competed for the device, so "
-                     "their speed is the machine's load as much as theirs (flagged noisy; a stable rival wins a tie): "
-                     + "; ".join(f"trial {int(r.number)}: {r.contention}" for r in still.itertuples()))
-    return "contention: " + ". ".join(parts)
+        done.append(f"{len(still)} measured only under load: flagged noisy, a stable rival wins a tie")
+    detail = [f"trial {int(r.number)}: {r.contention}" for r in quiet_again.itertuples() if isinstance(r.contention, str)]
+    detail += [f"trial {int(r.number)} (under load only): {r.contention}" for r in still.itertuples()]
+    return text + "; " + "; ".join(done), detail
+
+
+def contention_note(scored: pd.DataFrame) -> Optional[str]:
+    """The terminal's one line on contention (the per-trial detail is in trials.csv)."""
+    found = contention_summary(scored)
+    return None if found is None else f"contention: {found[0]} (per trial: trials.csv, column contention)"
 
 
 def unavailable(scored: pd.DataFrame) -> List[str]:
@@ -170,11 +178,15 @@ def with_interval(value, lo, hi, digits: int = 1) -> str:
     """``value [lo, hi]``: a figure with the interval its measured spread allows."""
     if pd.isna(value):
         return "-"
+    lo, hi = (float("nan") if pd.isna(x) or abs(float(x)) == float("inf") else x for x in (lo, hi))
     if pd.isna(lo) and pd.isna(hi):
         return f"{value:.{digits}f}"
     # a bound left open: ROI at a speed of zero (the spread reaches it) has no lower end
-    lo_text, hi_text = ("-inf" if pd.isna(lo) else f"{lo:.{digits}f}"), ("inf" if pd.isna(hi) else f"{hi:.{digits}f}")
-    return f"{value:.{digits}f} [{lo_text}, {hi_text}]"
+    if pd.isna(lo):
+        return f"{value:.{digits}f} [up to {hi:.{digits}f}]"
+    if pd.isna(hi):
+        return f"{value:.{digits}f} [from {lo:.{digits}f}]"
+    return f"{value:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
 
 
 def front_text(front: pd.DataFrame) -> str:
@@ -211,7 +223,7 @@ def summary(scored: pd.DataFrame, best: Optional[int], objective: str, why: Opti
         lines += [f"  {c}" for c in causes]
         return "\n".join(lines)
     b = scored.loc[best]
-    extra = (" offload=true" if _true(b.get("offload")) else "") + (
+    extra = (" offload=true" if is_true(b.get("offload")) else "") + (
         f" allocator={b['allocator']}" if b.get("allocator", "default") != "default" else "")
     extra += "".join(f" {k}={str(b.get(k)).lower()}" for k, v in MODEL_STATE_DEFAULTS.items()
                      if k in b and b.get(k) != v)

@@ -18,9 +18,10 @@ from urllib.parse import quote
 import numpy as np
 import pandas as pd
 
-from autotune.results import plot_style, svgplot
-from autotune.results.outputs import contention_note, no_best, unavailable
-from autotune.scoring.effects import strategy_effects
+from autotune.results import labels, plot_style, svgplot
+from autotune.results.headline import headline, money
+from autotune.results.outputs import contention_summary, no_best, unavailable
+from autotune.scoring.effects import MEMORY_NOISE, strategy_effects
 from autotune.scoring.score import Baseline
 from autotune.train.strategy import checkpoint_fraction, checkpoint_label
 from autotune.system.safe_write import replacing, write_text
@@ -28,10 +29,12 @@ from autotune.store.storage import redact
 from autotune.store.table import MEMORY_AGREEMENT
 from autotune.train.optimizer import MODEL_STATE_DEFAULTS
 
-TABLE_COLUMNS = ["number", "status", "checkpointing", "precision", "micro_batch", "accumulation", "offload",
-                 "allocator", "optimizer_state", "optimizer_offload", "weights", "optimizer_impl", "peak_memory_gib", "device_peak_gib", "peak_allocated_gib", "fragmentation_gib",
-                 "num_alloc_retries", "samples_per_s", "time_spread", "fidelity", "noisy", "contended", "samples_per_s_runs", "peak_memory_gib_runs", "roi",
-                 "fits_budget", "on_pareto", "numerics", "loss_parity", "cause"]
+# The key columns first (what a reader compares, and what shows on a phone before scrolling).
+TABLE_COLUMNS = ["number", "checkpointing", "precision", "micro_batch", "accumulation", "peak_memory_gib",
+                 "samples_per_s", "roi", "status", "fits_budget", "on_pareto", "fidelity", "offload", "allocator",
+                 "optimizer_state", "optimizer_offload", "weights", "optimizer_impl", "time_spread", "noisy",
+                 "contended", "device_peak_gib", "peak_allocated_gib", "fragmentation_gib", "num_alloc_retries",
+                 "samples_per_s_runs", "peak_memory_gib_runs", "numerics", "loss_parity", "cause"]
 
 
 def _pyplot():
@@ -48,14 +51,11 @@ def _pyplot():
 def pareto_figure(scored: pd.DataFrame, best: Optional[int], budgets: List[float], baseline: Baseline,
                   title: str):
     """The Pareto plot as a matplotlib Figure (pareto.png)."""
-    fig, ax = _pyplot().subplots(figsize=(8.5, 5.2), dpi=110)
+    fig, ax = _pyplot().subplots(figsize=(10, 5.2), dpi=110)
     ok = scored[(scored["status"] == "ok") & np.isfinite(scored["peak_memory_gib"])].copy()
     ok["checkpointing"] = ok["checkpointing"].map(checkpoint_label)
     ok["offload"] = ok.get("offload", False)
     fractions = _run_fractions(scored)
-    # A label per point while every point is detailed; past that, the front's only.
-    labelled = (plot_style.detailed(ok, best) if len(ok) <= plot_style.DETAIL_LIMIT
-                else ok["on_pareto"].fillna(False).astype(bool))
     for (ckpt, prec, offload), g in ok.groupby(["checkpointing", "precision", "offload"]):
         fits = g[g["fits_budget"]]
         over = g[~g["fits_budget"]]
@@ -70,10 +70,6 @@ def pareto_figure(scored: pd.DataFrame, best: Optional[int], budgets: List[float
         ax.errorbar(g["peak_memory_gib"], g["samples_per_s"], fmt="none", ecolor=colour, alpha=0.6, lw=1,
                     yerr=[(g["samples_per_s"] - g.get("samples_per_s_lo", g["samples_per_s"])).clip(lower=0),
                           (g.get("samples_per_s_hi", g["samples_per_s"]) - g["samples_per_s"]).clip(lower=0)])
-        for mb, mem, sps in zip(g["micro_batch"][labelled], g["peak_memory_gib"][labelled],
-                                g["samples_per_s"][labelled]):
-            ax.annotate(f"mb{int(mb)}", (mem, sps), textcoords="offset points", xytext=(4, 4), fontsize=7,
-                        color="#555")
     noisy = ok[[plot_style.is_noisy(r) for r in ok[[c for c in ("noisy", "contended") if c in ok]].to_dict("records")]]
     if len(noisy):
         ax.scatter(noisy["peak_memory_gib"], noisy["samples_per_s"], s=170, facecolors="none",
@@ -109,9 +105,50 @@ def pareto_figure(scored: pd.DataFrame, best: Optional[int], budgets: List[float
     ax.grid(alpha=0.3)
     ax.set_ylim(bottom=0)
     ax.set_xlim(left=0, right=xmax)
-    ax.legend(fontsize=7, loc="best")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     fig.tight_layout()
+    _label_points(fig, ax, ok, best)
     return fig
+
+
+LABEL_PT = 7  # the PNG's point labels, in points
+
+
+def _label_points(fig, ax, ok: pd.DataFrame, best: Optional[int]) -> None:
+    """Label the best and the Pareto front (labels.place: none overlaps another or a point),
+    once the axes' layout is final: the offsets are fixed in points, so the layout must not
+    change after this."""
+    to_px = 72 / fig.dpi
+    height = fig.bbox.height
+    order = _label_order(ok, best)
+    xy = ax.transData.transform(ok[["peak_memory_gib", "samples_per_s"]].to_numpy(dtype=float))
+    pts = {i: (float(x), height - float(y)) for i, (x, y) in zip(ok.index, xy)}
+    frame = ax.get_window_extent()
+    font_px = LABEL_PT / to_px
+    spots = labels.place([pts[i] for i in order], [point_label(ok.loc[i]) for i in order],
+                         labels.Box(frame.x0, height - frame.y1, frame.x1, height - frame.y0),
+                         obstacles=[p for i, p in pts.items() if i not in order],
+                         char_px=0.62 * font_px, height_px=1.25 * font_px, marker_px=6.0)
+    ha = {"start": "left", "middle": "center", "end": "right"}
+    for i, spot in zip(order, spots):
+        if spot is None:
+            continue
+        px, py = pts[i]
+        ax.annotate(point_label(ok.loc[i]), (ok.loc[i, "peak_memory_gib"], ok.loc[i, "samples_per_s"]),
+                    textcoords="offset points", xytext=((spot.x - px) * to_px, (py - spot.y) * to_px),
+                    ha=ha[spot.anchor], va="baseline", fontsize=LABEL_PT, color="#444", gid="point-label")
+
+
+def point_label(row) -> str:
+    """A point's label: its micro-batch and accumulation (the legend gives the rest)."""
+    acc = int(row.get("accumulation", 1) or 1)
+    return f"mb{int(row['micro_batch'])}" + (f"x{acc}" if acc > 1 else "")
+
+
+def _label_order(ok: pd.DataFrame, best: Optional[int]) -> list:
+    """The points that get a label, first placed first: the best, then the front by memory."""
+    front = ok[ok["on_pareto"].fillna(False).astype(bool)].sort_values("peak_memory_gib").index
+    return ([best] if best in ok.index else []) + [i for i in front if i != best]
 
 
 # Sorts a table by the clicked header: numbers as numbers, blanks last; again to reverse.
@@ -121,8 +158,9 @@ document.querySelectorAll("table.sortable th").forEach(function (th, col) {
   th.addEventListener("click", function () {
     var body = th.closest("table").tBodies[0], rows = Array.from(body.rows);
     var dir = th.dataset.dir === "asc" ? -1 : 1; th.dataset.dir = dir === 1 ? "asc" : "desc";
-    function key(r) { var t = r.cells[col].textContent.trim(), n = parseFloat(t.replace("%", ""));
-                      return t === "" ? null : (isNaN(n) ? t : n); }
+    function key(r) { var c = r.cells[col], t = c.textContent.trim();
+                      if (c.dataset.v !== undefined) return parseFloat(c.dataset.v);
+                      return t === "" ? null : t; }
     rows.sort(function (a, b) { var x = key(a), y = key(b);
       if (x === null) return 1; if (y === null) return -1;
       return (x < y ? -1 : x > y ? 1 : 0) * dir; });
@@ -157,7 +195,8 @@ def _pareto_svg(scored: pd.DataFrame, best: Optional[int], baseline: Baseline, m
     return svgplot.scatter(ok, "peak_memory_gib", "samples_per_s", "peak memory (GiB) - lower is better",
                            "throughput (samples/s) - higher is better", "pareto-svg", front=front, best=best_mark,
                            baseline=base_mark, vlines=budgets, fractions=_run_fractions(scored),
-                           detail=plot_style.detailed(ok, best))
+                           detail=plot_style.detailed(ok, best), labelled=_label_order(ok, best),
+                           label_of=point_label)
 
 
 def _roi_svg(scored: pd.DataFrame, best: Optional[int]) -> str:
@@ -226,19 +265,70 @@ def _gib(v) -> Optional[str]:
     return None if v is None else f"{_num(v)} GiB"
 
 
+MONEY_COLUMNS = ("roi", "roi_lo", "roi_hi")  # USD over the job: "$1.3k"
+TEXT_COLUMNS = ("cause", "why", "measured", "rule_of_thumb", "memory", "time", "rests_on", "contention")
+
+
+def _cell(value, column: str, percent: tuple) -> tuple:
+    """(text shown, sort key or None, css class) of one table cell."""
+    if value is None or (isinstance(value, float) and pd.isna(value)):
+        return "", None, ""
+    if isinstance(value, (bool, np.bool_)):
+        return str(bool(value)).lower(), None, "flag"
+    if isinstance(value, (int, float, np.integer, np.floating)):
+        v = float(value)
+        if column in percent:
+            return (f"{100 * v:+.0f}\u00a0%" if np.isfinite(v) else "unbounded"), v, "num"
+        if column in MONEY_COLUMNS:
+            return (money(v) if np.isfinite(v) else ("-inf" if v < 0 else "inf")), v, "num"
+        text = str(int(v)) if isinstance(value, (int, np.integer)) else f"{v:.4g}"
+        return text, v, "num"
+    if column.endswith("_runs") and isinstance(value, str):  # one figure per run: "21.5; 19.5; 20.4"
+        return "; ".join(_num(v, ".3g") for v in value.split(";")), None, "text"
+    return str(value), None, "text" if column in TEXT_COLUMNS or len(str(value)) > 24 else ""
+
+
 def _table(df: pd.DataFrame, percent: tuple = (), table_id: Optional[str] = None) -> str:
-    out = df.copy()
-    for c in out.columns:
-        if c in percent:
-            out[c] = out[c].map(lambda v: "" if pd.isna(v) else f"{100 * v:+.0f} %" if np.isfinite(v) else "unbounded")
-        elif out[c].dtype.kind == "f":
-            out[c] = out[c].map(lambda v: "" if pd.isna(v) else f"{v:.4g}")
-        elif out[c].dtype.kind == "O":
-            out[c] = out[c].map(lambda v: "" if v is None or (isinstance(v, float) and pd.isna(v)) else v)
-    page = out.to_html(index=False, escape=True, border=0, na_rep="",
-                       classes="sortable" if table_id else None, table_id=table_id)
-    # Long names break at their underscores, so that every column fits a 1280 px window.
-    return re.sub(r"<th>([^<]*)</th>", lambda m: "<th>" + m.group(1).replace("_", "_<wbr>") + "</th>", page)
+    """An HTML table in a horizontally scrolling box: numbers never break (a non-breaking
+    space holds '12 %' together), sentences wrap at spaces only, and a header breaks at its
+    underscores (micro_<wbr>batch), never inside a word. A cell's data-v is its number, for
+    sorting what is shown in other units ($1.3k)."""
+    head = "".join("<th>" + _esc(c).replace("_", "_<wbr>") + "</th>" for c in df.columns)
+    rows = []
+    for record in df.itertuples(index=False, name=None):
+        cells = []
+        for column, value in zip(df.columns, record):
+            text, key, css = _cell(value, column, percent)
+            attrs = (f" class='{css}'" if css else "") + (f" data-v='{key:.17g}'" if key is not None else "")
+            cells.append(f"<td{attrs}>{_esc(text)}</td>")
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    table_attrs = (f" id='{table_id}' class='sortable'" if table_id else "")
+    return (f"<div class='scroll'><table{table_attrs}><thead><tr>{head}</tr></thead>"
+            f"<tbody>{''.join(rows)}</tbody></table></div>")
+
+
+def _effects_table(effects: pd.DataFrame) -> str:
+    """The strategy effects: a change is shown as a finding (class 'finding', its interval in
+    data-lo/data-hi) only where it is one; otherwise the cell reads that it is not separable
+    from noise here (class 'noise')."""
+    def cell(row, what: str) -> str:
+        if not row[f"{what}_finding"]:
+            return f"<td class='text noise'>{_esc(row[what])}</td>"
+        lo, hi = ((row["time_change_lo"], row["time_change_hi"]) if what == "time"
+                  else (row["memory_change"], row["memory_change"]))
+        return (f"<td class='finding' data-lo='{float(lo):.6g}' data-hi='{float(hi):.6g}'>"
+                f"{_esc(row[what]).replace(' %', '&nbsp;%')}</td>")
+
+    head = "".join(f"<th>{h}</th>" for h in ("strategy", "micro_<wbr>batch", "memory", "time (per sample)",
+                                             "rests on", "rule of thumb"))
+    def compared(row) -> str:  # nothing to compare: the reason once, across both columns
+        return (cell(row, "memory") + cell(row, "time") if row["rests_on"]
+                else f"<td class='text noise' colspan='2'>{_esc(row['measured'])}</td>")
+
+    rows = "".join(f"<tr><td class='text'>{_esc(r['strategy'])}</td><td class='num'>{_num(r['micro_batch'], '.0f')}</td>"
+                   f"{compared(r)}<td class='text'>{_esc(r['rests_on'])}</td>"
+                   f"<td class='text'>{_esc(r['rule_of_thumb'])}</td></tr>" for _, r in effects.iterrows())
+    return f"<div class='scroll'><table id='effects'><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table></div>"
 
 
 def write_report(run_dir: Path, scored: pd.DataFrame, best: Optional[int], baseline: Baseline, meta: dict,
@@ -259,16 +349,19 @@ def write_report(run_dir: Path, scored: pd.DataFrame, best: Optional[int], basel
     front = scored[scored["on_pareto"]].sort_values("peak_memory_gib")[cols]
     effects = strategy_effects(scored, meta["global_batch"])
     skipped = scored[scored["status"] == "skipped"]
+    lead = headline(scored, best, baseline, meta["objective"], meta["budget_gib"], meta["global_batch"],
+                    str(meta.get("device_name", "")))
+    headline_html = ("<div class='headline'>" + "".join(f"<p>{esc(line)}</p>" for line in lead) + "</div>")
     if best is None:
-        headline, causes = no_best(scored)
-        best_html = (f"<p class='best'><b>{esc(headline[0].upper() + headline[1:])}.</b></p>"
+        first, causes = no_best(scored)
+        best_html = (f"<p class='best'><b>{esc(first[0].upper() + first[1:])}.</b></p>"
                      + ("<ul class='causes'>" + "".join(f"<li>{esc(c)}</li>" for c in causes) + "</ul>" if causes else ""))
     else:
         b = scored.loc[best]
         best_html = (f"<p class='best'>Best by <b>{esc(meta['objective'])}</b>: checkpointing <b>{esc(b['checkpointing'])}</b>, "
                      f"precision <b>{esc(b['precision'])}</b>, micro_batch <b>{int(b['micro_batch'])}</b> x accumulation "
                      f"<b>{int(b['accumulation'])}</b> - peak {b['peak_memory_gib']:.2f} GiB, {b['samples_per_s']:.1f} samples/s"
-                     + (f", ROI {b['roi']:.2f}" if pd.notna(b.get("roi")) else "")
+                     + (f", ROI {money(float(b['roi']))}" if pd.notna(b.get("roi")) else "")
                      + "".join(f", {k} <b>{esc(str(b.get(k)).lower())}</b>" for k, v in MODEL_STATE_DEFAULTS.items()
                                if k in b and b.get(k) != v) + "</p>"
                      + (f"<p class='numerics'><b>Changes training numerics</b>: {esc(b['numerics'])}; loss parity: "
@@ -302,9 +395,12 @@ def write_report(run_dir: Path, scored: pd.DataFrame, best: Optional[int], basel
                      "over every process (samples_per_s_runs), time_spread the larger of the within-process and "
                      "between-process spreads. A difference inside the spread decides nothing: among configurations "
                      "tied within it, a stable one wins, then the one using less memory.")
-    contention = contention_note(scored)
+    contention = contention_summary(scored)
     if contention:
-        notes.append("<b>Contention</b>: " + esc(contention.removeprefix("contention: ")) + ".")
+        short, detail = contention
+        notes.append(f"<span class='contention'><b>Contention</b>: {esc(short)}.</span>" + (
+            "<details class='contention-detail'><summary>per trial</summary><ul>"
+            + "".join(f"<li>{esc(d)}</li>" for d in detail) + "</ul></details>" if detail else ""))
     noisy = scored[scored.get("noisy", pd.Series(False, index=scored.index)).fillna(False).astype(bool)]
     if len(noisy):
         notes.append(f"{len(noisy)} trial(s) flagged noisy (timing spread above 10 %, or measured under contention): "
@@ -326,14 +422,23 @@ def write_report(run_dir: Path, scored: pd.DataFrame, best: Optional[int], basel
         budget_html = ("<h2>Best per budget</h2>\n<p>The same trials, judged against each budget (the table and "
                        f"plot below use the first, {_num(meta['budget_gib'])} GiB).</p>\n" + _table(per_budget))
     page = f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>autotune report - {esc(title)}</title>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+<title>autotune report - {esc(title)}</title>
 <style>
 body {{ font-family: sans-serif; margin: 1.5em; max-width: 1200px; color: #222; }}
-table {{ border-collapse: collapse; font-size: 0.85em; margin-bottom: 1.5em; }}
-th, td {{ padding: 3px 5px; border-bottom: 1px solid #ddd; text-align: right; overflow-wrap: anywhere; }}
-th {{ background: #f3f3f3; }} .best {{ font-size: 1.1em; }} code {{ background: #f3f3f3; padding: 1px 4px; }}
+@media (max-width: 600px) {{ body {{ margin: 0.6em; }} }}
+.scroll {{ overflow-x: auto; max-width: 100%; margin-bottom: 1.5em; }}
+table {{ border-collapse: collapse; font-size: 0.85em; }}
+th, td {{ padding: 3px 5px; border-bottom: 1px solid #ddd; text-align: right; overflow-wrap: normal; word-break: normal; }}
+td {{ white-space: nowrap; }} td.text {{ white-space: normal; text-align: left; min-width: 14em; max-width: 32em; }}
+th {{ background: #f3f3f3; vertical-align: bottom; }} #effects th {{ text-align: left; }} td.noise {{ color: #777; }}
+.headline {{ font-size: 1.1em; background: #f4f8fd; border-left: 4px solid #3465a4; padding: 0.3em 0.9em; }}
+.headline p {{ margin: 0.45em 0; }} .headline p:first-child {{ font-weight: bold; }}
+.best {{ font-size: 1.05em; }} code {{ background: #f3f3f3; padding: 1px 4px; overflow-wrap: anywhere; }}
+svg.plot {{ max-width: 100%; height: auto; }}
 </style></head><body>
 <h1>autotune report</h1>
+{headline_html}
 <p>{esc(title)} - seq_len {esc(str(meta['seq_len']))} - budget {", ".join(_num(b, '.1f') for b in meta["budgets"])} GiB - device {esc(meta['device_name'])}{" - torch " + esc(meta["torch"]) if meta.get("torch") else ""}</p>
 <p>Command: <code>{esc(redact(meta['command']))}</code></p>
 {best_html}
@@ -348,9 +453,10 @@ th {{ background: #f3f3f3; }} .best {{ font-size: 1.1em; }} code {{ background: 
 <h2>Pareto front</h2>
 {_table(front)}
 <h2>Strategy effects against none / fp32 (measured) beside common rules of thumb</h2>
-<p>Time changes carry the range both trials' measured spreads allow; one whose range includes no change is
-within noise, not an effect. The rules of thumb are figures often quoted for each technique, not measurements.</p>
-{_table(effects, percent=("memory_change", "time_change", "time_change_lo", "time_change_hi"))}
+<p>A time change is a finding only where the range both trials' measured spreads allow excludes no change
+(the range is shown beside it); a memory change only where it exceeds what runs of one configuration differ
+by ({100 * MEMORY_NOISE:.0f} %). The rules of thumb are figures often quoted for each technique, not measurements.</p>
+{_effects_table(effects)}
 <h2>{"All trials" if len(shown) == len(scored) else f"{len(shown)} of the {len(scored)} trials"}</h2>
 <p>{"" if len(shown) == len(scored) else "The Pareto front, the best and the latest trials; trials.csv holds every one. "}Click a column's header to sort by it.</p>
 {_table(shown[cols], table_id="trials")}

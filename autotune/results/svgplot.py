@@ -16,7 +16,7 @@ from typing import List, Optional, Sequence
 
 import pandas as pd
 
-from autotune.results import plot_style
+from autotune.results import labels, plot_style
 from autotune.train.strategy import checkpoint_fraction, checkpoint_label
 
 W, H = 860, 500
@@ -75,13 +75,15 @@ def trial_hover(row: pd.Series) -> str:
 def scatter(points: pd.DataFrame, x: str, y: str, x_label: str, y_label: str, plot_id: str,
             front: Optional[pd.DataFrame] = None, best: Optional[Mark] = None, baseline: Optional[Mark] = None,
             vlines: Sequence[tuple] = (), x_from_zero: bool = True, fractions: Sequence[float] = (),
-            detail: Optional[pd.Series] = None) -> str:
+            detail: Optional[pd.Series] = None, labelled: Sequence = (), label_of=None) -> str:
     """The SVG of ``points`` (rows of the scored trials table) at columns ``x``, ``y``.
 
     ``fractions``: the checkpointed fractions of the whole run, which rank the markers (so
     every plot of a run gives a fraction the same marker); by default those of ``points``.
     ``detail``: which points get a mark of their own, with hover text and whisker
     (``plot_style.detailed``; default all); the others are drawn as one shape per legend group.
+    ``labelled``: index labels of ``points`` to write ``label_of(row)`` beside, in priority
+    order; ``labels.place`` keeps them from overlapping each other or any point.
     """
     esc = html.escape
     xs = [float(v) for v in points[x]] + [m.x for m in (best, baseline) if m is not None]
@@ -165,6 +167,7 @@ def scatter(points: pd.DataFrame, x: str, y: str, x_label: str, y_label: str, pl
                    f'stroke="{colour}" stroke-width="1.6" data-marker="{shape}" '
                    f'opacity="{1 if fits else 0.35}" data-number="{int(r["number"])}" '
                    f'data-config="{esc(hover.splitlines()[0])}"><title>{esc(hover)}</title></path>')
+    out += _point_labels(points, x, y, px, py, labelled, label_of)
     for ((ckpt, prec, offload), fits), (d, n) in crowd.items():
         _, colour, fill, shape = seen[(ckpt, prec, offload)]
         out.append(f'<path class="trial-crowd" d="{d}" fill="{fill}" stroke="{colour}" stroke-width="1.6" '
@@ -199,3 +202,21 @@ def scatter(points: pd.DataFrame, x: str, y: str, x_label: str, y_label: str, pl
         y0 += 16 + 13 * (len(lines) - 1)
     out.append("</svg>")
     return "\n".join(out)
+
+
+LABEL_PX = 10  # font size of a point's label
+
+
+def _point_labels(points: pd.DataFrame, x: str, y: str, px, py, labelled: Sequence, label_of) -> List[str]:
+    if not len(labelled) or label_of is None:
+        return []
+    where = {i: (px(float(points.at[i, x])), py(float(points.at[i, y]))) for i in points.index}
+    order = [i for i in labelled if i in where]
+    spots = labels.place([where[i] for i in order], [label_of(points.loc[i]) for i in order],
+                         labels.Box(LEFT, TOP, W - RIGHT, H - BOTTOM),
+                         obstacles=[p for i, p in where.items() if i not in order],
+                         char_px=0.62 * LABEL_PX, height_px=1.25 * LABEL_PX, marker_px=6.0)
+    return [f'<text class="point-label" x="{spot.x:.1f}" y="{spot.y:.1f}" text-anchor="{spot.anchor}" '
+            f'font-size="{LABEL_PX}" fill="#444" data-number="{int(points.at[i, "number"])}">'
+            f'{html.escape(label_of(points.loc[i]))}</text>'
+            for i, spot in zip(order, spots) if spot is not None]

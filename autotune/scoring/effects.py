@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from autotune.scoring.score import speed_bounds
+from autotune.train.values import is_true
 from autotune.train.strategy import checkpoint_label
 
 MEMORY_NOISE = 0.02  # runs of one configuration whose peaks differ by more are flagged (repeats)
@@ -65,16 +66,37 @@ def _pct(v: float) -> str:
     return "unbounded" if not np.isfinite(v) else f"{100 * v:+.0f} %"
 
 
+NOISE = "not separable from noise here"
+
+
+def _rests_on(ref, other) -> str:
+    """The measurements an effect rests on: the two trials and how each was measured."""
+    def how(row) -> str:
+        if row.get("fidelity") == "probe":
+            return "probe, one timed step" if is_true(row.get("spread_assumed")) else "probe"
+        if is_true(row.get("contended")):
+            return "under load"
+        return "full measurement" if row.get("fidelity") in ("full", "raced") else "measured"
+    return f"trial {int(other['number'])} ({how(other)}) against trial {int(ref['number'])} ({how(ref)})"
+
+
 def strategy_effects(trials: pd.DataFrame, global_batch: int) -> pd.DataFrame:
-    """memory_change and time_change (per sample) of each strategy against none/fp32, the
-    time change's interval (time_change_lo, time_change_hi), and a sentence that states an
-    effect as a fact only when its interval excludes no change."""
+    """Each strategy's effect against none/fp32 at one micro-batch.
+
+    Columns: ``memory`` and ``time`` (a finding, or ``NOISE``), ``memory_finding`` and
+    ``time_finding`` (whether each is one), the figures behind them (``memory_change``,
+    ``time_change`` and its interval ``time_change_lo``/``_hi``, per sample), ``rests_on``
+    (the two trials and how each was measured) and ``measured`` (one sentence of both, or
+    why there is nothing to compare). A time change is a finding only when its interval
+    excludes no change; a memory change only when larger than runs of one configuration
+    differ by (``MEMORY_NOISE``)."""
     mb = reference_micro_batch(trials, global_batch)
     rows = []
     ref = _row(trials, "none", "fp32", mb) if mb is not None else None
     for label, ckpt, prec, offload, allocator, claim in EFFECTS:
-        row = {"strategy": label, "micro_batch": mb, "memory_change": None, "time_change": None,
-               "time_change_lo": None, "time_change_hi": None, "measured": "", "rule_of_thumb": claim}
+        row = {"strategy": label, "micro_batch": mb, "memory": "", "time": "", "rests_on": "",
+               "rule_of_thumb": claim, "memory_change": None, "time_change": None, "time_change_lo": None,
+               "time_change_hi": None, "memory_finding": False, "time_finding": False, "measured": ""}
         other = _row(trials, ckpt, prec, mb, offload, allocator) if mb is not None else None
         if ref is None:
             row["measured"] = "no none/fp32 trial ran ok: nothing to compare against"
@@ -89,11 +111,17 @@ def strategy_effects(trials: pd.DataFrame, global_batch: int) -> pd.DataFrame:
             time = ref["samples_per_s"] / other["samples_per_s"] - 1
             lo = ref_lo / oth_hi - 1
             hi = ref_hi / oth_lo - 1 if oth_lo > 0 else float("inf")
-            row.update(memory_change=mem, time_change=time, time_change_lo=lo, time_change_hi=hi)
-            memory = (f"memory {100 * mem:+.0f} %" if abs(mem) > MEMORY_NOISE
+            mem_found, time_found = abs(mem) > MEMORY_NOISE, lo > 0 or hi < 0
+            row.update(memory_change=mem, time_change=time, time_change_lo=lo, time_change_hi=hi,
+                       memory_finding=mem_found, time_finding=time_found, rests_on=_rests_on(ref, other),
+                       memory=f"{100 * mem:+.0f} %" if mem_found else NOISE,
+                       time=f"{100 * time:+.0f} % ({_pct(lo)} to {_pct(hi)})" if time_found else NOISE)
+            memory = (f"memory {100 * mem:+.0f} %" if mem_found
                       else f"memory within noise ({100 * mem:+.1f} %, runs differ by up to {100 * MEMORY_NOISE:.0f} %)")
-            timing = (f"time {100 * time:+.0f} % ({_pct(lo)} to {_pct(hi)})" if lo > 0 or hi < 0
+            timing = (f"time {row['time']}" if time_found
                       else f"time within noise ({_pct(lo)} to {_pct(hi)}: no change is inside the spreads)")
             row["measured"] = f"{memory}, {timing}"
+        if not row["memory"]:
+            row["memory"] = row["time"] = row["measured"]
         rows.append(row)
     return pd.DataFrame(rows)

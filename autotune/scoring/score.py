@@ -47,7 +47,7 @@ def fit_mask(trials: pd.DataFrame, budget_gib: float) -> pd.Series:
             & np.isfinite(trials["samples_per_s"]) & (peak <= budget_gib))
 
 
-def _is_baseline_strategy(trials: pd.DataFrame) -> pd.Series:
+def is_baseline_strategy(trials: pd.DataFrame) -> pd.Series:
     off = trials["offload"].fillna(False).astype(bool) if "offload" in trials else False
     alloc = trials["allocator"].fillna("default") if "allocator" in trials else "default"
     ckpt = trials["checkpointing"].map(lambda v: checkpoint_fraction(v) == 0 if pd.notna(v) else False)
@@ -61,12 +61,12 @@ def _is_baseline_strategy(trials: pd.DataFrame) -> pd.Series:
 
 def baseline_number(trials: pd.DataFrame, global_batch: int) -> Optional[int]:
     """The trial number of the baseline configuration, when it ran ok."""
-    row = trials[_is_baseline_strategy(trials) & (trials["micro_batch"] == global_batch) & (trials["status"] == "ok")]
+    row = trials[is_baseline_strategy(trials) & (trials["micro_batch"] == global_batch) & (trials["status"] == "ok")]
     return int(row.iloc[0]["number"]) if len(row) else None
 
 
 def find_baseline(trials: pd.DataFrame, global_batch: int, budget_gib: float) -> Baseline:
-    plain = trials[_is_baseline_strategy(trials)]
+    plain = trials[is_baseline_strategy(trials)]
     row = plain[plain["micro_batch"] == global_batch]
     if len(row) and row.iloc[0]["status"] == "ok":
         r = row.iloc[0]

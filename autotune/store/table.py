@@ -119,7 +119,8 @@ def _fold_repeats(row: dict, extra: list) -> None:
     timed = quiet or precise
     busy = [r for r in runs if r.get("contended")]  # a contended probe too: the record says so
     if busy:
-        row.update(contended_runs=len(busy), contended=not quiet)
+        row.update(contended_runs=len(busy), contended=not quiet,
+                   contended_samples_per_s=statistics.median(float(r["samples_per_s"]) for r in busy))
         if quiet:
             covered = any(r.get("contended") for r in precise)
             row["contention"] = (f"contended in trial(s) {', '.join(str(r['number']) for r in busy)} "

@@ -14,6 +14,11 @@ from typing import Optional
 MAX_ACCUMULATION = 4096
 
 
+def is_true(value) -> bool:
+    """A yes/no cell read back from a table: numpy booleans, "True" strings; NaN is no."""
+    return str(value).strip().lower() == "true"
+
+
 def is_number(value) -> bool:
     """An int or float that is finite (bool, NaN and infinity are not)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
