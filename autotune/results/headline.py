@@ -107,8 +107,8 @@ def certainty_sentence(scored: pd.DataFrame, best: int, objective: str) -> str:
     if len(tied):
         names = ", ".join(config_label(r) for _, r in tied.sort_values(key, ascending=False).head(2).iterrows())
         more = f" and {len(tied) - 2} more" if len(tied) > 2 else ""
-        text = (f"tied within noise with {names}{more}: any of them serves; this one was chosen as the "
-                f"steadier or smaller")
+        text = (f"tied within noise with {names}{more}: any of them serves; this one won the tie by the rule "
+                f"(a stable measurement first, then less memory)")
         if busy[[best, *tied.index]].any():
             text = "uncertain, " + text + " (measured under load: the order among them is not known)"
         return "Certainty: " + text + "."
