@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from autotune.scoring.limits import flops_per_sample, memory_floor, peak_flops
-from autotune.scoring.score import Baseline, is_baseline_strategy, contenders, objective_column
+from autotune.scoring.score import Baseline, contenders, is_baseline_strategy, objective_column, within_noise
 from autotune.train.optimizer import MODEL_STATE_DEFAULTS
 from autotune.train.values import is_true
 from autotune.train.strategy import checkpoint_label
@@ -116,8 +116,12 @@ def certainty_sentence(scored: pd.DataFrame, best: int, objective: str) -> str:
     if others.empty:
         return "Certainty: the only configuration that fits; nothing to compare it with."
     runner = others.loc[others[key].idxmax()]
-    text = (f"clear, ahead of the runner-up ({config_label(runner)}, {_figure(runner, objective)}) by more than "
-            "both spreads")
+    named = f"the runner-up ({config_label(runner)}, {_figure(runner, objective)})"
+    if within_noise(scored, objective).drop(index=best).any():  # tied only through a wide interval
+        text = (f"likely: {named} is below this one's lower bound, though its own wide interval reaches "
+                "this one's")
+    else:
+        text = f"clear, ahead of {named} by more than both spreads"
     if busy[best]:
         text = "uncertain, measured under load: the speed reflects the load as much as this configuration"
     elif is_true(b.get("noisy")):
