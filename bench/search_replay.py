@@ -49,6 +49,9 @@ RECORDED = {
     # name: (trials.csv, what it is)
     "bert-large-h200-budgets": ("docs/examples/bert-large-h200-budgets/trials.csv",
                                 "BERT-large, seq 512, global batch 64, bf16; ckpt none/0.5/full x offload x mb 16-64"),
+    "bert-large-h200-budgets-2026-12-07": ("docs/gpu-runs/budgets-h200-2026-12-07/budgets-grid/trials.csv",
+                                           "the same space recorded again with the code of commit 81438d8 "
+                                           "(fork isolation, 2 + 10 timed steps)"),
     "bert-large-h200": ("docs/examples/bert-large-h200/trials.csv",
                         "BERT-large, seq 512, global batch 64; ckpt none/full x fp32/bf16/fp16 x mb 4-64"),
 }

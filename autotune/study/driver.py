@@ -237,7 +237,7 @@ def _run_one(study, trial: optuna.Trial, plan: Plan, run_dir: Path, choices: dic
         with Heartbeat(study, trial_id(trial)), Ticker(on_trial, trial_dir, f"trial {trial.number} "
                                                          f"({strategy.label().strip()})"):
             result = runner(trial_spec(plan, strategy, fidelity, race), trial_dir, plan.timeout_s,
-                            env=allocator_env(strategy.allocator))
+                            env=allocator_env(strategy.allocator, strategy.offload))
         result.setdefault("fidelity", fidelity)  # what was asked of a trial that failed (an OOM probe is a probe)
     return result, strategy
 

@@ -20,7 +20,8 @@ from autotune.scoring.score import OBJECTIVES
 from autotune.scoring.settings import Scoring
 from autotune.study.workers import visible_gpus, worker_count
 from autotune.search.space import SearchSpace, divisors, load_space
-from autotune.train.optimizer import OptimizerSpec, resolve
+from autotune.train.optimizer import OptimizerSpec
+from autotune.train.target import resolve, split as split_target
 from autotune.train.values import MAX_ACCUMULATION, gib_problem, is_positive, lr_problem
 
 
@@ -99,7 +100,7 @@ def _defined_in_source(target: str) -> bool:
     import ast
     import importlib.util
 
-    module_name, _, attr = target.partition(":") if ":" in target else target.rpartition(".")
+    module_name, attr = split_target(target)
     if not module_name or not attr:
         return False
     spec = importlib.util.find_spec(module_name)  # imports the parent packages only; raises if one is missing

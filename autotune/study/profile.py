@@ -31,7 +31,7 @@ def profile_best(plan: Plan, best: pd.Series, run_dir: Path) -> Optional[Path]:
     out = run_dir / "profile"
     spec = dict(trial_spec(plan, strategy), profile_dir=str(out.resolve()))
     log.info(f"profiling the best configuration ({strategy.label().strip()}) under torch.profiler")
-    result = run_trial(spec, out / "trial", plan.timeout_s, env=allocator_env(strategy.allocator))
+    result = run_trial(spec, out / "trial", plan.timeout_s, env=allocator_env(strategy.allocator, strategy.offload))
     trace = out / "trace.json"
     if result["status"] != "ok" or not trace.is_file():
         log.warning(f"the profile run ended {result['status']}: {result.get('cause') or 'no trace written'} "

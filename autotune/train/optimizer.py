@@ -29,10 +29,11 @@ group even on one GPU); torchao's offload is what is measured.
 """
 from __future__ import annotations
 
-import importlib
 import inspect
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
+
+from autotune.train.target import resolve
 
 if TYPE_CHECKING:
     import torch
@@ -75,14 +76,6 @@ class OptimizerSpec:
     @property
     def name(self) -> str:
         return self.target.replace(":", ".").rsplit(".", 1)[-1]
-
-
-def resolve(target: str):
-    """Import ``package.module.Name`` (or ``package.module:Name``)."""
-    module_name, _, attr = target.partition(":") if ":" in target else target.rpartition(".")
-    if not module_name:
-        raise ImportError(f"{target!r} names no module; write package.module.Name")
-    return getattr(importlib.import_module(module_name), attr)
 
 
 def _is_adamw(cls) -> bool:

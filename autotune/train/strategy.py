@@ -187,10 +187,19 @@ def forward_context(strategy: Strategy, device_type: str, count_saved: Optional[
         yield
 
 
-def allocator_env(allocator: str) -> dict:
-    """Environment for a process whose CUDA allocator should use ``allocator``; it must be
-    set before CUDA starts in that process."""
-    conf = ALLOCATORS[allocator]
+# Offload pins a host block for every tensor autograd saves; the first step pins them all (the
+# host caching allocator keeps them for later steps). cudaHostAlloc pins 16 GiB in 11.4 s on an
+# H200's host, malloc + cudaHostRegister on 8 threads in 2.6 s, at the same copy rate after
+# (bench/pinned_alloc.py, docs/gpu-runs/budgets-h200-2026-12-07): BERT-large's offload first
+# steps took 8-26 s with the former. The steps after are the same either way.
+PINNED_FAST = "pinned_use_cuda_host_register:True,pinned_num_register_threads:8"
+
+
+def allocator_env(allocator: str, offload: bool = False) -> dict:
+    """Environment for a process whose CUDA allocator should use ``allocator`` (and, with
+    ``offload``, pin host memory by registering it on several threads: ``PINNED_FAST``); it
+    must be set before CUDA starts in that process."""
+    conf = ",".join(c for c in (ALLOCATORS[allocator], PINNED_FAST if offload else None) if c)
     return {"PYTORCH_CUDA_ALLOC_CONF": conf} if conf else {}
 
 

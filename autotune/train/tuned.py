@@ -32,7 +32,8 @@ from omegaconf.errors import OmegaConfBaseException
 from autotune.train.best_schema import BEST_FORMAT, BestConfig
 from autotune.train.exporters import hf_training_args, lightning_trainer_kwargs
 from autotune.train import trust
-from autotune.train.optimizer import MODEL_STATE_DEFAULTS, OptimizerSpec, resolve
+from autotune.train.optimizer import MODEL_STATE_DEFAULTS, OptimizerSpec
+from autotune.train.target import resolve
 from autotune.train.optimizer import build as build_optimizer
 from autotune.train.optimizer import unsupported as build_problem
 from autotune.train.strategy import (Strategy, allocator_env, apply_checkpointing, autocast_context, checkpoint_fraction,
@@ -144,11 +145,14 @@ class Tuned:
         return self.forward_context(device_type)
 
     def set_allocator(self) -> None:
-        """Set PYTORCH_CUDA_ALLOC_CONF for the tuned allocator; call it before CUDA starts."""
-        env = allocator_env(self.allocator)
+        """Set PYTORCH_CUDA_ALLOC_CONF for the tuned allocator (and, with offload, the faster
+        pinning the trials used: strategy.PINNED_FAST); call it before CUDA starts."""
+        env = allocator_env(self.allocator, self.strategy.offload)
         if not env or os.environ.get("PYTORCH_CUDA_ALLOC_CONF") == env["PYTORCH_CUDA_ALLOC_CONF"]:
             return  # nothing to set, or set already (before CUDA started, or by the user)
         if torch.cuda.is_initialized():
+            if self.allocator == "default":
+                return  # offload's faster pinning alone (PINNED_FAST): only the first step is slower without it
             warnings.warn(f"allocator={self.allocator} was tuned, but CUDA has already started in this process, so "
                           "the setting cannot take effect; call tuned.set_allocator() before any CUDA work, or set "
                           f"PYTORCH_CUDA_ALLOC_CONF={env['PYTORCH_CUDA_ALLOC_CONF']} in the environment")

@@ -30,6 +30,7 @@ from autotune.trial.progress import PROGRESS_FILE, TrialProgress  # noqa: E402
 from autotune.train.measure import host_link_gib_s, memory_growth_gib, memory_probe, step_time_stats  # noqa: E402
 from autotune.train.strategy import Strategy, apply_checkpointing, forward_context, make_scaler  # noqa: E402
 from autotune.train import optimizer as optim  # noqa: E402
+from autotune.train.target import resolve  # noqa: E402
 from autotune.train.workload import Workload  # noqa: E402
 
 
@@ -37,12 +38,8 @@ MAX_MEASURE_STEPS = 200  # the most timed steps min_measure_s can ask for
 
 
 def resolve_builder(target: str):
-    """Import ``package.module:function`` (or ``package.module.function``)."""
-    import importlib
-
-    module_name, _, attr = target.partition(":") if ":" in target else target.rpartition(".")
-    module = importlib.import_module(module_name)
-    return getattr(module, attr)
+    """Import the model's builder, ``package.module.function`` (or ``package.module:function``)."""
+    return resolve(target)
 
 
 def not_a_workload(target: str, built) -> Optional[str]:

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from autotune import load_tuned
-from autotune.train.strategy import Strategy, apply_checkpointing, blocks_to_checkpoint, forward_context
+from autotune.train.strategy import PINNED_FAST, Strategy, apply_checkpointing, blocks_to_checkpoint, forward_context
 from autotune.train.workload import find_blocks
 from tests.train.test_example import best_yaml, load_example
 from tests.trial.test_trial import run, spec
@@ -86,14 +86,14 @@ def test_tuned_offload_and_allocator_round_trip_through_best_yaml(tmp_path, monk
     monkeypatch.setattr(os, "environ", environ)
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
     tuned.set_allocator()
-    assert environ == {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+    assert environ == {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True," + PINNED_FAST}  # offload: faster pinning
     assert saved_by_autograd(tuned.forward_context("cpu")) == 0  # saved tensors go through save_on_cpu
     # apply() carries offload on the model itself, and the allocator setting.
     tuned = load_tuned(best_yaml(tmp_path, checkpointing="none", precision="fp32", offload=True,
                                  allocator="expandable"))
     environ.clear()
     model = tuned.apply(torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()))
-    assert environ == {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+    assert environ == {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True," + PINNED_FAST}  # offload: faster pinning
 
     seen = []
     with torch.autograd.graph.saved_tensors_hooks(lambda t: seen.append(t) or t, lambda t: t):
@@ -138,3 +138,15 @@ def test_a_trial_counts_the_bytes_offload_would_copy_as_a_line_in_micro_batch(tm
     unbounded = run(tmp_path, {**spec("none", mb=4, acc=2, config=cfg, seq_len=512), "offload_bound": False},
                     name="no-bound")
     assert unbounded["status"] == "ok" and "saved_gib" not in unbounded and "saved_per_sample_gib" not in unbounded
+
+
+def test_offload_trials_pin_host_memory_by_registering_it_and_nothing_else_changes():
+    """Offload's first step pins every saved tensor: the trials (and load_tuned's
+    set_allocator) register malloc'd memory on several threads instead of cudaHostAlloc."""
+    from autotune.train.strategy import PINNED_FAST, allocator_env
+
+    assert allocator_env("default") == {}
+    assert allocator_env("default", offload=True) == {"PYTORCH_CUDA_ALLOC_CONF": PINNED_FAST}
+    assert allocator_env("expandable", offload=True) == {
+        "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True," + PINNED_FAST}
+    assert "pinned_use_cuda_host_register:True" in PINNED_FAST

@@ -1,0 +1,24 @@
+"""The one way autotune imports what a config names by ``_target_``: a model's builder, an
+optimizer class. Both spellings are accepted, Hydra's dotted ``package.module.Name`` and the
+older ``package.module:Name``; the standard library's ``pkgutil.resolve_name`` reads both."""
+from __future__ import annotations
+
+import pkgutil
+from typing import Tuple
+
+
+def resolve(target: str):
+    """The object ``target`` names, imported (ImportError, AttributeError or ValueError when
+    it cannot be)."""
+    if not isinstance(target, str) or not target.strip():
+        raise ValueError(f"{target!r} names nothing; write package.module.Name")
+    if ":" not in target and "." not in target:
+        raise ImportError(f"{target!r} names no module; write package.module.Name")
+    return pkgutil.resolve_name(target)
+
+
+def split(target: str) -> Tuple[str, str]:
+    """(module, attribute) of a target whose attribute is a top-level name of its module:
+    ``a.b:f`` and ``a.b.f`` both give ``("a.b", "f")``."""
+    module, _, attr = target.partition(":") if ":" in target else target.rpartition(".")
+    return module, attr
