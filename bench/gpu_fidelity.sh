@@ -8,7 +8,7 @@
 #   bash bench/gpu_fidelity.sh grid OUT     # llama at 16 GiB: the fresh-process grid of the
 #                                           # default space, every trial in full (the reference);
 #                                           # GRID_LIMIT_S, GRID_SEARCH_S: its limits (560, 480 s)
-#   bash bench/gpu_fidelity.sh budgets OUT  # the pinned-memory bench (bench/pinned_alloc.py), then
+#   bash bench/gpu_fidelity.sh budgets OUT  # the pinned-memory bench (bench/pinned_alloc.py; SKIP_PINNED=1 skips it), then
 #                                           # experiment=bert_large_budgets as a grid, every trial
 #                                           # in full: the replay's offload table, today's code
 set -u
@@ -45,7 +45,7 @@ case "$1" in
     TIMED_LIMIT_S=${GRID_LIMIT_S:-560} timed llama-16-grid model=llama budget_gib=16 search=grid trial.fidelity=full trial.repeats=0 \
       search.timeout=${GRID_SEARCH_S:-480} ;;
   budgets)
-    python3 bench/pinned_alloc.py --gib 16 --out "$out/pinned_alloc.json" 2>&1 | tail -5
+    [ -n "${SKIP_PINNED:-}" ] || python3 bench/pinned_alloc.py --gib 16 --out "$out/pinned_alloc.json" 2>&1 | tail -5
     TIMED_LIMIT_S=${GRID_LIMIT_S:-470} timed budgets-grid experiment=bert_large_budgets search=grid trial.fidelity=full \
       search.timeout=${GRID_SEARCH_S:-420} ;;
 esac
