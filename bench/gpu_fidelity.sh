@@ -11,6 +11,7 @@
 #   bash bench/gpu_fidelity.sh budgets OUT  # the pinned-memory bench (bench/pinned_alloc.py; SKIP_PINNED=1 skips it), then
 #                                           # experiment=bert_large_budgets as a grid, every trial
 #                                           # in full: the replay's offload table, today's code
+#   bash bench/gpu_fidelity.sh budgets-offload OUT  # its 9 offload configurations alone
 set -u
 export PYTHONUNBUFFERED=1
 out=$2
@@ -48,6 +49,9 @@ case "$1" in
     [ -n "${SKIP_PINNED:-}" ] || python3 bench/pinned_alloc.py --gib 16 --out "$out/pinned_alloc.json" 2>&1 | tail -5
     TIMED_LIMIT_S=${GRID_LIMIT_S:-470} timed budgets-grid experiment=bert_large_budgets search=grid trial.fidelity=full \
       search.timeout=${GRID_SEARCH_S:-420} ;;
+  budgets-offload)  # the offload half of the budgets grid alone (pinning: strategy.PINNED_FAST)
+    TIMED_LIMIT_S=${GRID_LIMIT_S:-300} timed budgets-offload experiment=bert_large_budgets search=grid \
+      trial.fidelity=full "search_space.offload=[true]" search.timeout=${GRID_SEARCH_S:-270} ;;
 esac
 # At most 8 files come back from the device machine: one archive per run (its directory,
 # log, timing and study), beside gpu.txt and the pytest log.
