@@ -46,8 +46,11 @@ largest budget uses at most that much more memory than its lowest plausible peak
 fast as its speed bound allows (within the measured one's spread). So the report shows the
 trade-off curve, and a point closer than the resolution to one already measured is not run.
 
-Unbounded configurations are explored lightest family first, at the micro-batch the memory
-line predicts as the largest that fits (so that one measurement bounds the most others), and
+Unbounded configurations are explored lightest family first (among offload families, the
+most checkpointed first: the least to copy and pin, so the fastest of them and the cheapest
+to probe; on the H200's budgets table its probes settle the front's low-memory end and none
+without checkpointing needs one), at the micro-batch the memory line predicts as the largest
+that fits (so that one measurement bounds the most others), and
 with nothing to predict from, at the smallest micro-batch (which gives the line).
 The replay benchmark (``bench/search_replay.py``) checks these facts against recorded runs.
 """
@@ -127,8 +130,11 @@ def no_slower(a: tuple, b: tuple) -> bool:
 
 
 def saving_level(family: tuple) -> tuple:
-    # model state first (least saving first), then offload, then the checkpointed fraction
-    return (family[5], family[6] == "bf16", -STATE_ORDER[family[4]], family[2], family[0])
+    # model state first (least saving first), then offload, then the checkpointed fraction:
+    # without offload the least checkpointed first (the fastest); with it the most (fact 3:
+    # the least to copy, so the fastest offload family, and its first step pins the least)
+    return (family[5], family[6] == "bf16", -STATE_ORDER[family[4]], family[2],
+            -family[0] if family[2] else family[0])
 
 
 class AutoSearch:
