@@ -297,7 +297,7 @@ def test_every_strategy_runs_end_to_end_and_resumes(tmp_path, search):
 
 
 @pytest.mark.parametrize("budget", [16.0, 40.0])
-def test_offload_families_are_probed_most_checkpointed_first_and_the_front_still_settles(budget):
+def test_offload_families_are_probed_most_checkpointed_first_and_the_front_still_settles(budget, monkeypatch):
     """With offload on, checkpointing more blocks leaves less to copy and to pin (fact 3): on
     the budgets table recorded on an H200 (docs/gpu-runs/budgets-h200-2026-12-07), full/offload
     ran 94-161 samples/s with first steps of 1.8-2.7 s, none/offload 33-39 samples/s with
@@ -319,12 +319,9 @@ def test_offload_families_are_probed_most_checkpointed_first_and_the_front_still
         seen.append((s["checkpointing"], s["offload"]))
         return replay_call(self, spec, trial_dir, timeout_s, env)
 
-    Replay.__call__ = recording
-    try:
-        fid = search_replay.run(table, budget, "auto", front_resolution=0.1, fidelity="auto",
-                                window=search_replay.WINDOW)
-    finally:
-        Replay.__call__ = replay_call
+    monkeypatch.setattr(Replay, "__call__", recording)
+    fid = search_replay.run(table, budget, "auto", front_resolution=0.1, fidelity="auto", window=search_replay.WINDOW)
+    monkeypatch.undo()
     offload = [ckpt for ckpt, off in seen if off]
     assert offload and offload[0] == "full" and "none" not in offload, seen
     grid = search_replay.run(table, budget, "grid")
