@@ -11,10 +11,11 @@ import sys
 import pandas as pd
 
 from autotune.results.review import ReviewError, open_reviewed, path_arguments
+from autotune.scoring.score import OBJECTIVES
 from autotune.store.storage import StorageError
-from autotune.train.values import is_true
+from autotune.train.dimensions import tags
+from autotune.train.strategy import Strategy
 
-OBJECTIVES = ("roi", "throughput")
 
 
 def best_lines(reviewed, budgets=None) -> list:
@@ -26,12 +27,9 @@ def best_lines(reviewed, budgets=None) -> list:
                 lines.append(head + f"nothing fits ({r.why})")
                 continue
             b = r.scored.loc[r.best]
-            extra = (" offload" if is_true(b.get("offload")) else "") + (
-                f" allocator={b['allocator']}" if b.get("allocator", "default") != "default" else "")
             roi = f", ROI {b['roi']:.2f}" if pd.notna(b.get("roi")) else ""
-            lines.append(head + f"checkpointing={b['checkpointing']} precision={b['precision']} "
-                         f"micro_batch={int(b['micro_batch'])} accumulation={int(b['accumulation'])}{extra} "
-                         f"({b['peak_memory_gib']:.2f} GiB, {b['samples_per_s']:.1f} samples/s{roi}; trial "
+            lines.append(head + " ".join(tags(Strategy.of(b).as_dict(), "key"))
+                         + f" ({b['peak_memory_gib']:.2f} GiB, {b['samples_per_s']:.1f} samples/s{roi}; trial "
                          f"{int(b['number'])})")
     return lines
 

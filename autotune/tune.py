@@ -19,7 +19,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from autotune.store.claims import MAX_CUTS, given_up, params_of
 from autotune.study.driver import SEARCH_END_ATTR, IsolationError, ModelBuildError, run_study
-from autotune.store.table import left_out_note, trials_table
+from autotune.store.table import CONFIGURATION_KEYS, left_out_note, trials_table
 from autotune.study.config import added_key_problems
 from autotune.study.plan import ConfigError, Plan, make_plan
 from autotune.results.page import write_report
@@ -103,7 +103,7 @@ def _describe(plan: Plan) -> None:
              + (f"; trials capped to {plan.memory_cap_gib:g} GiB" if plan.memory_cap_gib else ""))
     log.info(f"model {plan.model_name}, seq_len {plan.seq_len}, global batch {plan.global_batch}; "
              f"{n} configurations: " + " x ".join(f"{k} {v}" for k, v in grid.items() if len(v) > 1 or k in
-                                                  ("checkpointing", "precision", "micro_batch")))
+                                                  CONFIGURATION_KEYS))
     limits = [f"{k}={v:g}" for k, v in (("n_trials", plan.n_trials), ("timeout", plan.search_timeout_s)) if v]
     log.info(f"search: {plan.search}" + (f" ({', '.join(limits)})" if limits else "")
              + (f"; {plan.workers} workers on the study" if plan.workers > 1 else ""))

@@ -69,8 +69,9 @@ def make_plan(table: pd.DataFrame, budget: float, search: str, seed: int, n_tria
     col = lambda c, d: tuple(dict.fromkeys(table[c].fillna(d))) if c in table else (d,)  # noqa: E731
     mbs = sorted(int(m) for m in table["micro_batch"].unique())
     gb = int(table["micro_batch"].iloc[0] * table["accumulation"].iloc[0])
-    space = SearchSpace(ckpt, col("precision", "fp32"), min(mbs), max(mbs), tuple(bool(v) for v in col("offload", False)),
-                        col("allocator", "default"))
+    space = SearchSpace({"checkpointing": ckpt, "precision": col("precision", "fp32"),
+                         "offload": tuple(bool(v) for v in col("offload", False)),
+                         "allocator": col("allocator", "default")}, min(mbs), max(mbs))
     device = DeviceInfo("cuda", 0, "replay", 141.0, ("fp32", "bf16", "fp16"), {})
     return Plan(model_name="replay", model_target="replay", model_config={}, seq_len=512, global_batch=gb,
                 device=device, budget_gib=budget, budget_is_device_memory=False, budgets=[budget],

@@ -7,7 +7,7 @@ import pytest
 import torch
 import yaml
 
-from autotune.search.space import MODEL_STATE_DEFAULTS
+from autotune.train.optimizer import MODEL_STATE_DEFAULTS
 from autotune.trial.runner import run_trial
 from tests.conftest import run_cli, trial_env
 from tests.train.test_example import best_yaml, load_example

@@ -19,24 +19,16 @@ import pandas as pd
 
 from autotune.scoring.limits import flops_per_sample, memory_floor, peak_flops
 from autotune.scoring.score import Baseline, contenders, is_baseline_strategy, objective_column, within_noise
-from autotune.train.optimizer import MODEL_STATE_DEFAULTS
+from autotune.train.dimensions import short_label
+from autotune.train.strategy import Strategy
 from autotune.train.values import is_true
-from autotune.train.strategy import checkpoint_label
 
 SAME_SPEED = 0.05  # speeds within this share of each other are "as fast" in words
 
 
 def config_label(row) -> str:
     """'none/bf16/mb32x2' and what else differs from the defaults ('+ offload', ...)."""
-    text = f"{checkpoint_label(row['checkpointing'])}/{row['precision']}/mb{int(row['micro_batch'])}"
-    acc = int(row.get("accumulation", 1) or 1)
-    text += f"x{acc}" if acc > 1 else ""
-    extra = ["offload"] if is_true(row.get("offload")) else []
-    if row.get("allocator", "default") not in ("default", None) and not pd.isna(row.get("allocator")):
-        extra.append(f"allocator {row['allocator']}")
-    extra += [f"{k} {str(row.get(k)).lower()}" for k, v in MODEL_STATE_DEFAULTS.items()
-              if k in row and not pd.isna(row.get(k)) and row.get(k) != v]
-    return text + "".join(f" + {e}" for e in extra)
+    return short_label(Strategy.of(row).as_dict())
 
 
 def _overlap(a, b) -> bool:

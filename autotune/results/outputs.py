@@ -13,13 +13,12 @@ from autotune.train.best_schema import BestConfig, Measured, TunedDevice, TunedM
 from autotune.scoring.budgets import BudgetResult, budget_label
 from autotune.study.plan import Plan
 from autotune.scoring.score import Baseline
-from autotune.train.optimizer import MODEL_STATE_DEFAULTS, changes_numerics
-from autotune.train.strategy import checkpoint_label
+from autotune.train.dimensions import ALWAYS_KEYED, DIMENSIONS, family, tags
+from autotune.train.optimizer import changes_numerics
+from autotune.train.strategy import Strategy
 from autotune.train.trust import record_tuned
-from autotune.train.values import is_true
 
-SUMMARY_COLUMNS = ["checkpointing", "precision", "micro_batch", "accumulation", "offload", "allocator",
-                   *MODEL_STATE_DEFAULTS, "peak_memory_gib", "samples_per_s", "roi", "fidelity", "loss_parity"]
+SUMMARY_COLUMNS = [*DIMENSIONS, "peak_memory_gib", "samples_per_s", "roi", "fidelity", "loss_parity"]
 
 
 def pareto_table(scored: pd.DataFrame) -> pd.DataFrame:
@@ -31,11 +30,8 @@ def best_config(plan: Plan, row: pd.Series, baseline: Baseline, command: str, bu
     def num(v):
         return None if pd.isna(v) else float(v)
 
-    state = {k: (bool(row.get(k, v)) if isinstance(v, bool) else str(row.get(k, v)))
-             for k, v in MODEL_STATE_DEFAULTS.items()}
-    strategy = TunedStrategy(checkpointing=checkpoint_label(row["checkpointing"]), precision=row["precision"],
-                             micro_batch=int(row["micro_batch"]), accumulation=int(row["accumulation"]),
-                             offload=bool(row.get("offload", False)), allocator=row.get("allocator", "default"), **state)
+    chosen = Strategy.of(row)
+    strategy = TunedStrategy(**chosen.as_dict())
     best = BestConfig(
         strategy=strategy,
         global_batch=plan.global_batch, objective=plan.objective, budget_gib=round(budget_gib, 3),
@@ -50,7 +46,7 @@ def best_config(plan: Plan, row: pd.Series, baseline: Baseline, command: str, bu
                           fidelity=row.get("fidelity") if row.get("fidelity") in ("probe", "raced", "full") else None),
         baseline=baseline.as_dict(), command=command,
         optimizer=TunedOptimizer(target=plan.optimizer.target, kwargs=dict(plan.optimizer.kwargs), lr=plan.lr),
-        numerics=", ".join(changes_numerics(strategy)), loss_parity=num(row.get("loss_parity")))
+        numerics=", ".join(changes_numerics(chosen)), loss_parity=num(row.get("loss_parity")))
     return asdict(best)
 
 
@@ -140,7 +136,7 @@ def unavailable(scored: pd.DataFrame) -> List[str]:
     """Values of a dimension the device could not run at all ("precision bf16, fp16: <cause>"):
     every configuration with that value was skipped, for one reason."""
     out = []
-    for dim in ("precision", "offload", "allocator"):
+    for dim in (d.name for d in family()):
         if dim not in scored.columns:
             continue
         gone = {}
@@ -191,8 +187,9 @@ def with_interval(value, lo, hi, digits: int = 1) -> str:
 
 def front_text(front: pd.DataFrame) -> str:
     """The Pareto front as the terminal shows it: samples/s and ROI with their intervals."""
-    varied = [k for k, v in MODEL_STATE_DEFAULTS.items() if k in front and (front[k] != v).any()]
-    shown = front[[c for c in SUMMARY_COLUMNS if c in front and (c not in MODEL_STATE_DEFAULTS or c in varied)
+    hidden = {d.name for d in DIMENSIONS.values()  # a group not always keyed: only where the front varies it
+              if d.group not in ALWAYS_KEYED and not (d.name in front and (front[d.name] != d.default).any())}
+    shown = front[[c for c in SUMMARY_COLUMNS if c in front and c not in hidden
                    and (c != "loss_parity" or front[c].notna().any())]].copy()
     if "loss_parity" in shown:
         shown["loss_parity"] = front["loss_parity"].map(lambda v: "-" if pd.isna(v) else f"{v:.2%}")
@@ -223,12 +220,7 @@ def summary(scored: pd.DataFrame, best: Optional[int], objective: str, why: Opti
         lines += [f"  {c}" for c in causes]
         return "\n".join(lines)
     b = scored.loc[best]
-    extra = (" offload=true" if is_true(b.get("offload")) else "") + (
-        f" allocator={b['allocator']}" if b.get("allocator", "default") != "default" else "")
-    extra += "".join(f" {k}={str(b.get(k)).lower()}" for k, v in MODEL_STATE_DEFAULTS.items()
-                     if k in b and b.get(k) != v)
-    lines.append(f"best by {objective}: checkpointing={b['checkpointing']} precision={b['precision']} "
-                 f"micro_batch={int(b['micro_batch'])} accumulation={int(b['accumulation'])}{extra} "
+    lines.append(f"best by {objective}: {' '.join(tags(Strategy.of(b).as_dict(), 'key'))} "
                  f"({b['peak_memory_gib']:.3f} GiB, {b['samples_per_s']:.1f} samples/s)")
     if why:
         lines.append(f"why: {why}")

@@ -23,18 +23,24 @@ from autotune.results.headline import headline, money
 from autotune.results.outputs import contention_summary, no_best, unavailable
 from autotune.scoring.effects import MEMORY_NOISE, strategy_effects
 from autotune.scoring.score import Baseline
-from autotune.train.strategy import checkpoint_fraction, checkpoint_label
+from autotune.train.dimensions import DIMENSIONS, checkpoint_fraction, checkpoint_label
+from autotune.train.strategy import Strategy
 from autotune.system.safe_write import replacing, write_text
 from autotune.store.storage import redact
 from autotune.store.table import MEMORY_AGREEMENT
-from autotune.train.optimizer import MODEL_STATE_DEFAULTS
 
 # The key columns first (what a reader compares, and what shows on a phone before scrolling).
-TABLE_COLUMNS = ["number", "checkpointing", "precision", "micro_batch", "accumulation", "peak_memory_gib",
-                 "samples_per_s", "roi", "status", "fits_budget", "on_pareto", "fidelity", "offload", "allocator",
-                 "optimizer_state", "optimizer_offload", "weights", "optimizer_impl", "time_spread", "noisy",
+TABLE_COLUMNS = ["number", *(d.name for d in DIMENSIONS.values() if d.always_shown), "peak_memory_gib",
+                 "samples_per_s", "roi", "status", "fits_budget", "on_pareto", "fidelity",
+                 *(d.name for d in DIMENSIONS.values() if not d.always_shown), "time_spread", "noisy",
                  "contended", "device_peak_gib", "peak_allocated_gib", "fragmentation_gib", "num_alloc_retries",
                  "samples_per_s_runs", "peak_memory_gib_runs", "numerics", "loss_parity", "cause"]
+
+
+def _others(row) -> list:
+    """(dimension, value) for every dimension not always shown whose value is not its default."""
+    values = Strategy.of(row).as_dict()
+    return [(d, values[d.name]) for d in DIMENSIONS.values() if not d.always_shown and d.shown(values[d.name])]
 
 
 def _pyplot():
@@ -362,8 +368,7 @@ def write_report(run_dir: Path, scored: pd.DataFrame, best: Optional[int], basel
                      f"precision <b>{esc(b['precision'])}</b>, micro_batch <b>{int(b['micro_batch'])}</b> x accumulation "
                      f"<b>{int(b['accumulation'])}</b> - peak {b['peak_memory_gib']:.2f} GiB, {b['samples_per_s']:.1f} samples/s"
                      + (f", ROI {money(float(b['roi']))}" if pd.notna(b.get("roi")) else "")
-                     + "".join(f", {k} <b>{esc(str(b.get(k)).lower())}</b>" for k, v in MODEL_STATE_DEFAULTS.items()
-                               if k in b and b.get(k) != v) + "</p>"
+                     + "".join(f", {d.name} <b>{esc(d.spell(v))}</b>" for d, v in _others(b)) + "</p>"
                      + (f"<p class='numerics'><b>Changes training numerics</b>: {esc(b['numerics'])}; loss parity: "
                         + ("not measured" if pd.isna(b.get("loss_parity")) else
                            f"losses within {b['loss_parity']:.2%} of the plain optimizer's over the same steps, seed "

@@ -24,7 +24,8 @@ import yaml
 from autotune.scoring.budgets import BudgetResult, budget_label, per_budget
 from autotune.scoring.settings import Scoring, ScoringError
 from autotune.store.storage import StorageError, check_readable, open_read_only, redact, storage_failure
-from autotune.store.table import left_out_note, trials_table
+from autotune.store.table import fill_defaults, left_out_note, trials_table
+from autotune.train.dimensions import BATCH, DIMENSIONS
 
 SETTINGS_ATTR = "autotune"
 
@@ -119,8 +120,8 @@ def _default_roi() -> dict:
     return dataclasses.asdict(RoiConfig())
 
 
-TRIALS_COLUMNS = ("number", "status", "checkpointing", "precision", "micro_batch", "accumulation", "peak_memory_gib",
-                  "samples_per_s")
+TRIALS_COLUMNS = ("number", "status", *(d.name for d in DIMENSIONS.values() if d.required or d.group == BATCH),
+                  "peak_memory_gib", "samples_per_s")
 # Columns the run writes as numbers (pandas' to_csv: every digit of the float, or empty).
 NUMBER_COLUMNS = ("number", "micro_batch", "accumulation", "peak_memory_gib", "samples_per_s", "time_spread",
                   "device_peak_gib", "peak_allocated_gib", "peak_reserved_gib", "cuda_context_gib", "roi",
@@ -229,8 +230,7 @@ def open_reviewed(path: str, study_name: Optional[str] = None) -> Reviewed:
     elif run_dir is not None and (run_dir / "trials.csv").is_file():
         table, name, source = _read_trials_csv(run_dir / "trials.csv"), None, str(run_dir / "trials.csv")
         table = table.drop(columns=[c for c in table.columns if c.startswith("fits_")], errors="ignore")
-        for col, default in (("offload", False), ("allocator", "default")):  # runs before those dimensions
-            table[col] = table[col].fillna(default) if col in table else default
+        fill_defaults(table)  # runs before a dimension existed ran its default
         settings = _settings_from_run_dir(run_dir)
     elif run_dir is not None:
         raise ReviewError(f"{path}: a directory with neither study.db nor trials.csv; pass a run directory "

@@ -17,6 +17,8 @@ import pandas as pd
 
 from autotune.scoring.score import Baseline, choose_best, contenders, objective_column, score, within_noise
 from autotune.scoring.settings import Scoring
+from autotune.train.dimensions import DIMENSIONS, short_label
+from autotune.train.strategy import Strategy
 
 
 @dataclass
@@ -124,8 +126,7 @@ def budgets_table(results: List[BudgetResult]) -> pd.DataFrame:
         row = {"budget_gib": r.budget_gib}
         if r.best is not None:
             b = r.scored.loc[r.best]
-            row.update({k: b.get(k) for k in ("number", "checkpointing", "precision", "micro_batch", "accumulation",
-                                              "offload", "allocator", "peak_memory_gib", "device_peak_gib",
+            row.update({k: b.get(k) for k in ("number", *DIMENSIONS, "peak_memory_gib", "device_peak_gib",
                                               "samples_per_s", "roi")})
         row["why"] = r.why
         rows.append(row)
@@ -140,7 +141,6 @@ def budgets_summary(results: List[BudgetResult]) -> str:
             lines.append(f"  {r.budget_gib:g} GiB: none fits")
             continue
         b = r.scored.loc[r.best]
-        offload = " offload" if b.get("offload") is True else ""
-        lines.append(f"  {r.budget_gib:g} GiB: {b['checkpointing']}/{b['precision']}/mb{int(b['micro_batch'])}{offload} "
+        lines.append(f"  {r.budget_gib:g} GiB: {short_label(Strategy.of(b).as_dict())} "
                      f"{b['samples_per_s']:.1f} samples/s in {b['peak_memory_gib']:.2f} GiB")
     return "\n".join(lines)

@@ -12,46 +12,52 @@ MEMORY_NOISE (the repeat check's threshold), so a smaller memory change is withi
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Dict, Optional
 
 import numpy as np
 import pandas as pd
 
 from autotune.scoring.score import speed_bounds
 from autotune.train.values import is_true
-from autotune.train.strategy import checkpoint_label
+from autotune.train.dimensions import family, value_in
 
 MEMORY_NOISE = 0.02  # runs of one configuration whose peaks differ by more are flagged (repeats)
 
-# (label, checkpointing, precision, offload, allocator, the commonly quoted rule of thumb)
+# (label, what differs from the plain strategy, the commonly quoted rule of thumb)
 EFFECTS = [
-    ("activation checkpointing (full)", "full", "fp32", False, "default", "-60 to -70 % memory, +20 to +30 % time"),
-    ("selective checkpointing (half the blocks)", "0.5", "fp32", False, "default", "between none and full"),
-    ("AMP bf16", "none", "bf16", False, "default", "-40 % memory, 3x speed (-67 % time)"),
-    ("AMP fp16", "none", "fp16", False, "default", "-40 % memory, 3x speed (-67 % time)"),
-    ("checkpointing + bf16", "full", "bf16", False, "default", "-50 to -80 % memory"),
-    ("checkpointing + fp16", "full", "fp16", False, "default", "-50 to -80 % memory"),
-    ("activation offload", "none", "fp32", True, "default", "less device memory, much slower (PCIe-bound)"),
-    ("expandable segments", "none", "fp32", False, "expandable", "less fragmentation (reserved - allocated)"),
+    ("activation checkpointing (full)", {"checkpointing": "full"}, "-60 to -70 % memory, +20 to +30 % time"),
+    ("selective checkpointing (half the blocks)", {"checkpointing": "0.5"}, "between none and full"),
+    ("AMP bf16", {"precision": "bf16"}, "-40 % memory, 3x speed (-67 % time)"),
+    ("AMP fp16", {"precision": "fp16"}, "-40 % memory, 3x speed (-67 % time)"),
+    ("checkpointing + bf16", {"checkpointing": "full", "precision": "bf16"}, "-50 to -80 % memory"),
+    ("checkpointing + fp16", {"checkpointing": "full", "precision": "fp16"}, "-50 to -80 % memory"),
+    ("activation offload", {"offload": True}, "less device memory, much slower (PCIe-bound)"),
+    ("expandable segments", {"allocator": "expandable"}, "less fragmentation (reserved - allocated)"),
 ]
 
 
-def _match(trials: pd.DataFrame, ckpt: str, prec: str, offload: bool = False, allocator: str = "default") -> pd.Series:
-    labels = trials["checkpointing"].map(checkpoint_label)
-    off = trials["offload"].fillna(False).astype(bool) if "offload" in trials else pd.Series(False, index=trials.index)
-    alloc = trials["allocator"].fillna("default") if "allocator" in trials else pd.Series("default", index=trials.index)
-    return (labels == ckpt) & (trials["precision"] == prec) & (off == offload) & (alloc == allocator)
+def _match(trials: pd.DataFrame, changes: Dict[str, Any]) -> pd.Series:
+    """The trials of the plain strategy with ``changes``: every family dimension at its default
+    but those (a value a trial does not record counting as the default)."""
+    out = pd.Series(True, index=trials.index)
+    for d in family():
+        want = d.check(changes.get(d.name, d.default))
+        if d.name in trials:
+            out &= trials[d.name].map(lambda v, name=d.name: value_in({name: v}, name)) == want
+        elif want != d.default:
+            return pd.Series(False, index=trials.index)
+    return out
 
 
 def reference_micro_batch(trials: pd.DataFrame, global_batch: int) -> Optional[int]:
-    plain = trials[_match(trials, "none", "fp32") & (trials["status"] == "ok")]
+    plain = trials[_match(trials, {}) & (trials["status"] == "ok")]
     if (plain["micro_batch"] == global_batch).any():
         return global_batch
     return int(plain["micro_batch"].max()) if len(plain) else None
 
 
-def _row(trials: pd.DataFrame, ckpt: str, prec: str, mb: int, offload: bool = False, allocator: str = "default"):
-    m = trials[_match(trials, ckpt, prec, offload, allocator) & (trials["micro_batch"] == mb)]
+def _row(trials: pd.DataFrame, changes: Dict[str, Any], mb: int):
+    m = trials[_match(trials, changes) & (trials["micro_batch"] == mb)]
     return m.iloc[0] if len(m) else None
 
 
@@ -92,12 +98,12 @@ def strategy_effects(trials: pd.DataFrame, global_batch: int) -> pd.DataFrame:
     differ by (``MEMORY_NOISE``)."""
     mb = reference_micro_batch(trials, global_batch)
     rows = []
-    ref = _row(trials, "none", "fp32", mb) if mb is not None else None
-    for label, ckpt, prec, offload, allocator, claim in EFFECTS:
+    ref = _row(trials, {}, mb) if mb is not None else None
+    for label, changes, claim in EFFECTS:
         row = {"strategy": label, "micro_batch": mb, "memory": "", "time": "", "rests_on": "",
                "rule_of_thumb": claim, "memory_change": None, "time_change": None, "time_change_lo": None,
                "time_change_hi": None, "memory_finding": False, "time_finding": False, "measured": ""}
-        other = _row(trials, ckpt, prec, mb, offload, allocator) if mb is not None else None
+        other = _row(trials, changes, mb) if mb is not None else None
         if ref is None:
             row["measured"] = "no none/fp32 trial ran ok: nothing to compare against"
         elif other is None:

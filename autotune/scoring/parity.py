@@ -17,6 +17,7 @@ from typing import List, Optional
 
 import pandas as pd
 
+from autotune.train.dimensions import MODEL_STATE, in_group
 from autotune.train.optimizer import MODEL_STATE_DEFAULTS, state_value
 
 
@@ -42,7 +43,8 @@ def relative_gap(losses: List[float], reference: List[float]) -> Optional[float]
 
 
 def changes_optimizer_numbers(row) -> bool:
-    return state_value("optimizer_state", row.get("optimizer_state")) != "default" or row.get("weights") == "bf16"
+    """Does a model-state value of ``row`` change training's numbers (train/dimensions.py)?"""
+    return any(state_value(d.name, row.get(d.name)) in d.numerics for d in in_group(MODEL_STATE))
 
 
 def is_plain(row) -> bool:

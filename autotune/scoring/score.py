@@ -21,12 +21,11 @@ import pandas as pd
 
 from autotune.scoring.parity import loss_parity
 from autotune.scoring.pareto import pareto_mask
-from autotune.train.strategy import checkpoint_fraction
+from autotune.train.dimensions import family, value_in
 from autotune.train.optimizer import MODEL_STATE_DEFAULTS, state_value
 
 OBJECTIVES = ("roi", "throughput")
 NOISY_SPREAD = 0.10  # IQR/median above this flags a timing as noisy (torch.utils.benchmark's warning level)
-BASELINE_STRATEGY = {"checkpointing": "none", "precision": "fp32", "offload": False, "allocator": "default"}
 
 
 @dataclass(frozen=True)
@@ -48,15 +47,20 @@ def fit_mask(trials: pd.DataFrame, budget_gib: float) -> pd.Series:
 
 
 def is_baseline_strategy(trials: pd.DataFrame) -> pd.Series:
-    off = trials["offload"].fillna(False).astype(bool) if "offload" in trials else False
-    alloc = trials["allocator"].fillna("default") if "allocator" in trials else "default"
-    ckpt = trials["checkpointing"].map(lambda v: checkpoint_fraction(v) == 0 if pd.notna(v) else False)
-    plain_state = pd.Series(True, index=trials.index)
-    for col, default in MODEL_STATE_DEFAULTS.items():  # the plain optimizer, fp32 weights
-        if col in trials:
-            plain_state &= trials[col].map(lambda v, c=col, d=default: state_value(c, v) == d)
-    return ckpt & (trials["precision"] == "fp32") & ~pd.Series(off, index=trials.index) & (
-        pd.Series(alloc, index=trials.index) == "default") & plain_state
+    """The plain strategy: every family dimension at its default (train/dimensions.py), a value
+    a trial does not record counting as its default."""
+    plain = pd.Series(True, index=trials.index)
+    for d in family():
+        if d.name in trials:
+            plain &= trials[d.name].map(lambda v, name=d.name, default=d.default: _value(name, v) == default)
+    return plain
+
+
+def _value(name: str, value):
+    try:
+        return value_in({name: value}, name)
+    except (TypeError, ValueError):
+        return None  # not a value of the dimension: not the default either
 
 
 def baseline_number(trials: pd.DataFrame, global_batch: int) -> Optional[int]:

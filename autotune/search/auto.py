@@ -57,40 +57,36 @@ The replay benchmark (``bench/search_replay.py``) checks these facts against rec
 from __future__ import annotations
 
 import math
+from collections import namedtuple
 from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 import pandas as pd
 
-from autotune.trial.clean_start import trusted
 from autotune.scoring.score import find_baseline, objective_value, score
-from autotune.search.memory_model import Line, fit_families
-from autotune.train.strategy import checkpoint_fraction
 from autotune.scoring.settings import Scoring
-from autotune.search.space import MODEL_STATE_DEFAULTS
-from autotune.train.optimizer import missing
+from autotune.search.memory_model import Line, fit_families
+from autotune.train.dimensions import checkpoint_fraction, family, value_in
+from autotune.trial.clean_start import trusted
 
-FAMILY_KEYS = ("checkpointing", "precision", "offload", "allocator", *MODEL_STATE_DEFAULTS)
-DEFAULTS = {"offload": False, "allocator": "default", **MODEL_STATE_DEFAULTS}
-PLAIN = (0.0, "fp32", False, "default", *MODEL_STATE_DEFAULTS.values())  # the ROI baseline's family
+# A family's values, one per family dimension (train/dimensions.py), checkpointing as its
+# fraction of the blocks (ordered, and the key of fact 3's exception).
+Family = namedtuple("Family", [d.name for d in family()])  # type: ignore[misc]
+PLAIN = Family(*(checkpoint_fraction(d.default) if d.name == "checkpointing" else d.default
+                 for d in family()))  # the ROI baseline's family
 MIN_NOISE = 0.02  # a difference below 2 % is never worth a trial, however steady the timing
 MARGIN = 0.05  # a certain memory line may be off by this much before it rules a micro-batch out
 LINK_MARGIN = 1.25  # fact 6 allows the host link this much more than its fastest measured copy
 INF = math.inf
 
 
-def family_of(params) -> tuple:
-    return tuple(_norm(k, params.get(k, DEFAULTS.get(k))) for k in FAMILY_KEYS)
+def family_of(params) -> Family:
+    return Family(*(_norm(d.name, params.get(d.name)) for d in family()))
 
 
 def _norm(key, value):
-    if missing(value):  # a table row without the key
-        value = DEFAULTS[key]
-    if key == "checkpointing":
-        return checkpoint_fraction(value)
-    if key in ("offload", "optimizer_offload"):
-        return bool(value)
-    return value
+    value = value_in({key: value}, key)  # its default where a table row has none
+    return checkpoint_fraction(value) if key == "checkpointing" else value
 
 
 def _finite(value) -> bool:
@@ -100,41 +96,54 @@ def _finite(value) -> bool:
         return False
 
 
-def group_of(family: tuple) -> tuple:
-    """Families that share a fixed memory part and are ordered by fact 3: same precision,
-    allocator and model state (optimizer state, its place, weight precision, implementation)."""
-    return (family[1], family[3]) + family[4:]
+def group_of(fam: Family) -> tuple:
+    """Families that share a fixed memory part and are ordered by fact 3: the same values of
+    every dimension that changes memory not growing with the micro-batch (precision, allocator
+    and the model state: optimizer state, its place, weight precision, implementation)."""
+    return tuple(v for d, v in zip(family(), fam) if d.fixed_memory)
+
+
+def _ordered(a: Family, b: Family, rank_of: str) -> bool:
+    """Is ``a`` at least ``b`` in every dimension's ``rank_of`` order (``heavier``, ``slower``:
+    train/dimensions.py), and equal in those that have none?"""
+    for d, x, y in zip(family(), a, b):
+        rank = getattr(d, rank_of)
+        if rank is None:
+            if x != y:
+                return False
+        elif rank(x) < rank(y):
+            return False
+    return True
+
+
+def no_lighter(a: Family, b: Family) -> bool:
+    """Does family ``a`` hold at least the memory of ``b`` at every micro-batch (fact 7)?
+    Equal values where a dimension has no memory order (precision, activation offload,
+    allocator, optimizer implementation), and no more checkpointing, no smaller optimizer
+    state, no lower-precision weights, and the state not on the host where ``b``'s is on the
+    device."""
+    return _ordered(a, b, "heavier")
+
+
+def no_slower(a: Family, b: Family) -> bool:
+    """Fact 3: family ``a`` is no slower than family ``b`` at the same micro-batch: less
+    checkpointing, no offload where ``b`` offloads, the rest equal."""
+    if a == b:
+        return True
+    if a.offload:  # with offload on, more checkpointing leaves less to copy: an offload family bounds only itself
+        return False
+    return _ordered(b, a, "slower")
 
 
 STATE_ORDER = {"4bit": 0, "8bit": 1, "default": 2}
 
 
-def no_lighter(a: tuple, b: tuple) -> bool:
-    """Does family ``a`` hold at least the memory of ``b`` at every micro-batch (fact 7)?
-    Same precision, activation offload, allocator and optimizer implementation, and no more
-    checkpointing, no smaller optimizer state, no lower-precision weights, and the state not
-    on the host where ``b``'s is on the device."""
-    if (a[1], a[2], a[3], a[7]) != (b[1], b[2], b[3], b[7]):
-        return False
-    return (a[0] <= b[0] and STATE_ORDER[a[4]] >= STATE_ORDER[b[4]] and (a[5] <= b[5])
-            and (a[6] == "fp32" or b[6] == "bf16"))
-
-
-def no_slower(a: tuple, b: tuple) -> bool:
-    """Fact 3: family ``a`` is no slower than family ``b`` at the same micro-batch."""
-    if a == b:
-        return True
-    if group_of(a) != group_of(b) or a[2]:  # an offload family bounds only itself
-        return False
-    return a[0] <= b[0]
-
-
-def saving_level(family: tuple) -> tuple:
+def saving_level(fam: Family) -> tuple:
     # model state first (least saving first), then offload, then the checkpointed fraction:
     # without offload the least checkpointed first (the fastest); with it the most (fact 3:
     # the least to copy, so the fastest offload family, and its first step pins the least)
-    return (family[5], family[6] == "bf16", -STATE_ORDER[family[4]], family[2],
-            -family[0] if family[2] else family[0])
+    return (fam.optimizer_offload, fam.weights == "bf16", -STATE_ORDER[fam.optimizer_state], fam.offload,
+            -fam.checkpointing if fam.offload else fam.checkpointing)
 
 
 class AutoSearch:
@@ -187,7 +196,7 @@ class AutoSearch:
                 continue
             sps = float(row["samples_per_s"])
             bound = min(bound, sps if mm >= m else sps * m / mm)  # facts 3 and 4, or 3 and 5
-        if fam[2]:
+        if fam.offload:
             bound = min(bound, self._transfer_bound(fam, m, measured))
         return bound
 
@@ -197,7 +206,7 @@ class AutoSearch:
         links = [float(r["host_link_gib_s"]) for r in measured.values() if _finite(r.get("host_link_gib_s"))]
         saved = 0.0  # a lower bound on the bytes saved per micro-step at m, from the twin without offload
         for (f, mm), row in measured.items():
-            if (f[:2] == fam[:2] and f[3:] == fam[3:] and not f[2] and row["status"] == "ok"
+            if (f == fam._replace(offload=False) and row["status"] == "ok"
                     and _finite(row.get("saved_gib"))):
                 at_mm = float(row["saved_gib"])
                 if _finite(row.get("saved_per_sample_gib")):
@@ -241,7 +250,7 @@ class AutoSearch:
             donors = [f for f in lines if no_slower(f, fam)]
             if not donors:
                 return None
-            line = lines[max(donors, key=lambda f: f[0])]
+            line = lines[max(donors, key=lambda f: f.checkpointing)]
         return line.largest_fitting(self.micro_batches, budget) or 0
 
     # -- the proposal ---------------------------------------------------------------------

@@ -12,68 +12,83 @@ values, bounds in order) and report every problem at once.
 from __future__ import annotations
 
 import math
-
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 import yaml
 
-from autotune.train.optimizer import MODEL_STATE_DEFAULTS, OPTIMIZER_IMPLS, OPTIMIZER_STATES, WEIGHTS, combination_problem
-from autotune.train.strategy import ALLOCATORS, PRECISIONS, Strategy, checkpoint_label
+from autotune.train.dimensions import ALWAYS_KEYED, BATCH, DIMENSIONS, MODEL_STATE, Dimension, in_group, searched
+from autotune.train.optimizer import combination_problem
+from autotune.train.strategy import Strategy
 
 SHIPPED_DIR = Path(__file__).resolve().parents[1] / "conf" / "search_space"  # the shipped spaces
-SPACE_KEYS = {"checkpointing", "precision", "micro_batch", "offload", "allocator", *MODEL_STATE_DEFAULTS}
+SPACE_KEYS = {d.name for d in searched()}
 
 
 @dataclass(frozen=True)
 class SearchSpace:
-    checkpointing: tuple  # labels: none, full or a fraction such as "0.5"
-    precision: tuple
-    micro_batch_min: int
-    micro_batch_max: int
-    offload: tuple = (False,)
-    allocator: tuple = ("default",)
-    optimizer_state: tuple = ("default",)
-    optimizer_offload: tuple = (False,)
-    weights: tuple = ("fp32",)
-    optimizer_impl: tuple = ("default",)
+    """The values of every searched dimension (``choices``; one left out: its default only)
+    and the micro-batch's inclusive bounds."""
+
+    choices: Mapping[str, Tuple[Any, ...]] = field(default_factory=dict)
+    micro_batch_min: int = 1
+    micro_batch_max: int = 1 << 30
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.choices) - SPACE_KEYS - {"micro_batch"})
+        if unknown:
+            raise ValueError(f"unknown dimension(s) {', '.join(unknown)}; known: {', '.join(sorted(SPACE_KEYS))}")
+        full = {d.name: tuple(self.choices.get(d.name, (d.default,))) for d in searched() if d.group != BATCH}
+        object.__setattr__(self, "choices", full)
+
+    def __getitem__(self, name: str) -> Tuple[Any, ...]:
+        return self.choices[name]
+
+    def varies(self, group: str) -> bool:
+        """Does the space list a value other than the default for a dimension of ``group``?"""
+        return any(self.choices[d.name] != (d.default,) for d in in_group(group) if d.name in self.choices)
 
     @property
     def activation_only(self) -> bool:
         """Only the default of every model-state dimension (what escalation extends)."""
-        return all(getattr(self, k) == (v,) for k, v in MODEL_STATE_DEFAULTS.items())
+        return not self.varies(MODEL_STATE)
 
     def with_model_state(self, other: "SearchSpace") -> "SearchSpace":
         """This space with ``other``'s model-state dimensions."""
-        from dataclasses import replace
-
-        return replace(self, **{k: getattr(other, k) for k in MODEL_STATE_DEFAULTS})
+        return SearchSpace({**self.choices, **{d.name: other[d.name] for d in in_group(MODEL_STATE)}},
+                           self.micro_batch_min, self.micro_batch_max)
 
     def micro_batches(self, global_batch: int) -> List[int]:
         return [d for d in divisors(global_batch) if self.micro_batch_min <= d <= self.micro_batch_max]
 
     def grid(self, global_batch: int) -> Dict[str, list]:
-        """The Optuna grid: every dimension with its values."""
-        return {
-            "checkpointing": list(self.checkpointing),
-            "precision": list(self.precision),
-            "micro_batch": self.micro_batches(global_batch),
-            "offload": list(self.offload),
-            "allocator": list(self.allocator),
-            # only where the space varies them: an activation-only space keeps the keys (and
-            # so the study names) of the spaces that had no model-state dimensions
-            **({} if self.activation_only else {k: list(getattr(self, k)) for k in MODEL_STATE_DEFAULTS}),
-        }
+        """The Optuna grid: every dimension with its values. A group not always keyed (the
+        model state) only where the space varies it: an activation-only space keeps the keys
+        (and so the study names) of the spaces that had no model-state dimensions."""
+        out: Dict[str, list] = {}
+        for d in searched():
+            if d.name == "micro_batch":
+                out[d.name] = self.micro_batches(global_batch)
+            elif d.group in ALWAYS_KEYED or self.varies(d.group):
+                out[d.name] = list(self.choices[d.name])
+        return out
 
 
 def canonical(config: dict) -> dict:
-    """A configuration as the study stores it: the model-state keys only where one of them is
-    not its default, so a configuration of an activation-only space and the same one listed
-    by a wider space (escalation, ``search_space=full``) are one configuration."""
-    if all(config.get(k, v) == v for k, v in MODEL_STATE_DEFAULTS.items()):
-        return {k: v for k, v in config.items() if k not in MODEL_STATE_DEFAULTS}
-    return {**MODEL_STATE_DEFAULTS, **config}
+    """A configuration as the study stores it: the keys of a group not always keyed (the model
+    state) only where one of them is not its default, so a configuration of an activation-only
+    space and the same one listed by a wider space (escalation, ``search_space=full``) are one
+    configuration."""
+    out = dict(config)
+    for group in {d.group for d in DIMENSIONS.values()} - set(ALWAYS_KEYED):
+        dims = in_group(group)
+        if all(config.get(d.name, d.default) == d.default for d in dims):
+            for d in dims:
+                out.pop(d.name, None)
+        else:
+            out.update({d.name: config.get(d.name, d.default) for d in dims})
+    return out
 
 
 def divisors(n: int) -> List[int]:
@@ -152,52 +167,48 @@ def check_space(data: dict, source: str, problems: List[str]) -> Optional[Search
     """A SearchSpace from a mapping of dimensions, or None; every problem goes to ``problems``."""
     for unknown in sorted(set(data) - SPACE_KEYS):
         problems.append(f"{source}: unknown dimension '{unknown}'; known: {', '.join(sorted(SPACE_KEYS))}")
+    choices = {d.name: _values(d, data, source, problems) for d in searched() if d.group != BATCH}
+    bounds = _micro_batch_bounds(data.get("micro_batch"), source, problems)
+    if bounds is None or not all(choices.values()):
+        return None
+    return SearchSpace(choices, *bounds)
 
-    def values(name: str, allowed: tuple, default=None) -> tuple:
-        vals = data.get(name, default)
-        if not isinstance(vals, list) or not vals:
-            problems.append(f"{source}: {name} must be a non-empty list drawn from {list(allowed)}; got {vals!r}")
-            return ()
-        bad = [v for v in vals if type(v) is not type(allowed[0]) or v not in allowed]
-        if bad:
-            problems.append(f"{source}: {name} has unknown value(s) {bad}; use values from {list(allowed)}")
-        return tuple(dict.fromkeys(v for v in vals if v not in bad))  # bad ones may be unhashable (lists)
 
-    ckpt: tuple = ()
-    raw = data.get("checkpointing")
-    if not isinstance(raw, list) or not raw:
-        problems.append(f"{source}: checkpointing must be a non-empty list of none, full or fractions of the "
-                        f"blocks in [0, 1] (e.g. [none, 0.5, full]); got {raw!r}")
-    else:
-        labels = []
-        for v in raw:
-            try:
-                labels.append(checkpoint_label(v))
-            except ValueError:
-                problems.append(f"{source}: checkpointing value {v!r} is neither none, full nor a fraction of the "
-                                "blocks in [0, 1]; e.g. [none, 0.25, 0.5, full]")
-        ckpt = tuple(dict.fromkeys(labels))
-    prec = values("precision", PRECISIONS)
-    offload = values("offload", (False, True), [False])
-    allocator = values("allocator", tuple(ALLOCATORS), ["default"])
-    model_state = {"optimizer_state": values("optimizer_state", OPTIMIZER_STATES, ["default"]),
-                   "optimizer_offload": values("optimizer_offload", (False, True), [False]),
-                   "weights": values("weights", WEIGHTS, ["fp32"]),
-                   "optimizer_impl": values("optimizer_impl", OPTIMIZER_IMPLS, ["default"])}
-    mb = data.get("micro_batch")
-    lo = hi = None
+def _values(d: Dimension, data: dict, source: str, problems: List[str]) -> tuple:
+    """A dimension's listed values in their one spelling (its default where the space leaves it
+    out, except checkpointing and precision, which a space must list), or () with the problem."""
+    vals = data.get(d.name) if d.required or d.name in data else [d.default]
+    allowed = list(d.values) if d.values else "none, full or fractions of the blocks in [0, 1] (e.g. [none, 0.5, full])"
+    if not isinstance(vals, list) or not vals:
+        problems.append(f"{source}: {d.name} must be a non-empty list drawn from {allowed}; got {vals!r}")
+        return ()
+    good, bad = [], []
+    for v in vals:
+        try:
+            good.append(d.check(v))
+        except (TypeError, ValueError):
+            bad.append(v)
+            if d.parse is not None:  # an open set of values: say what is wrong with each
+                problems.append(f"{source}: {d.name} value {v!r}: {d.problem(v)}")
+    if bad and d.parse is None:
+        problems.append(f"{source}: {d.name} has unknown value(s) {bad}; use values from {allowed}")
+    return tuple(dict.fromkeys(good))  # bad ones may be unhashable (lists)
+
+
+def _micro_batch_bounds(mb: Any, source: str, problems: List[str]) -> Optional[Tuple[int, int]]:
     if not isinstance(mb, dict) or set(mb) - {"min", "max"}:
         problems.append(f"{source}: micro_batch must be a mapping {{min: N, max: M}} (inclusive bounds); got {mb!r}")
-    else:
-        lo, hi = mb.get("min", 1), mb.get("max", 1 << 30)
-        for bound, v in (("min", lo), ("max", hi)):
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                problems.append(f"{source}: micro_batch.{bound}={v!r} must be an integer >= 1")
-        if isinstance(lo, int) and isinstance(hi, int) and lo > hi:
-            problems.append(f"{source}: micro_batch.min={lo} is above micro_batch.max={hi}; swap them")
-    if lo is None or not ckpt or not prec or not offload or not allocator or not all(model_state.values()):
         return None
-    return SearchSpace(ckpt, prec, int(lo), int(hi), offload, allocator, **model_state)
+    lo, hi = mb.get("min", 1), mb.get("max", 1 << 30)
+    for bound, v in (("min", lo), ("max", hi)):
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            problems.append(f"{source}: micro_batch.{bound}={v!r} must be an integer >= 1")
+    if isinstance(lo, int) and isinstance(hi, int) and lo > hi:
+        problems.append(f"{source}: micro_batch.min={lo} is above micro_batch.max={hi}; swap them")
+        return None
+    if any(not isinstance(v, int) or isinstance(v, bool) or v < 1 for v in (lo, hi)):
+        return None
+    return int(lo), int(hi)
 
 
 def skip_reason(strategy: Strategy, supported: tuple, unsupported: Dict[str, str],
@@ -205,10 +216,9 @@ def skip_reason(strategy: Strategy, supported: tuple, unsupported: Dict[str, str
     """Why the device cannot run ``strategy`` (so it is recorded as skipped), or None."""
     if strategy.precision not in supported:
         return unsupported.get(strategy.precision, f"{strategy.precision} is not supported on this device")
-    if device_kind != "cuda" and strategy.offload:
-        return "offload moves saved activations from the device to CPU memory; on a CPU run there is nothing to move"
-    if device_kind != "cuda" and strategy.allocator != "default":
-        return f"allocator={strategy.allocator} configures the CUDA caching allocator; a CPU run has none"
-    if device_kind != "cuda" and strategy.optimizer_offload:
-        return "optimizer_offload moves the optimizer state from the device to the host; on a CPU run it is there already"
+    if device_kind != "cuda":
+        for d in DIMENSIONS.values():
+            value = getattr(strategy, d.name)
+            if d.cuda_only and value != d.default:
+                return d.cuda_only.format(value=d.spell(value))
     return combination_problem(strategy)

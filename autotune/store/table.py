@@ -13,14 +13,29 @@ import pandas as pd
 
 from autotune.store.claims import cut_short, is_duplicate, params_of
 from autotune.store.optuna_access import read_trials
+from autotune.train.dimensions import ALWAYS_KEYED, BATCH, DIMENSIONS
 
 REFERENCE_ATTR = "reference_losses"  # study attribute: {trial number: the plain optimizer's losses}
 MEMORY_AGREEMENT = 0.02  # runs of one configuration whose peaks differ by more are flagged
 
-CONFIGURATION_KEYS = ("checkpointing", "precision", "micro_batch")  # a row without these cannot be read
+CONFIGURATION_KEYS = tuple(d.name for d in DIMENSIONS.values() if d.required)  # a row without these cannot be read
 # Columns every trials table starts with; the rest follow in the order first seen.
-LEAD_COLUMNS = ["number", "status", "checkpointing", "precision", "micro_batch", "accumulation", "offload",
-                "allocator", "peak_memory_gib", "samples_per_s", "time_spread", "cause"]
+# The dimensions always keyed (train/dimensions.py); a trial recorded before one existed ran its default.
+KEYED = [d for d in DIMENSIONS.values() if d.group in ALWAYS_KEYED]
+LEAD_COLUMNS = ["number", "status", *(d.name for d in KEYED), "peak_memory_gib", "samples_per_s", "time_spread", "cause"]
+
+
+def fill_defaults(df: pd.DataFrame) -> None:
+    """In place: every dimension's default where a trial has no value for it (a group not
+    always keyed that it left at its defaults, or recorded before the dimension existed);
+    a column for each dimension every configuration carries."""
+    for d in DIMENSIONS.values():
+        if d.group == BATCH or d.name in CONFIGURATION_KEYS:
+            continue
+        if d.name in df:
+            df[d.name] = df[d.name].astype(object).where(df[d.name].notna(), d.default)
+        elif d in KEYED:
+            df[d.name] = d.default
 
 
 def trials_table(study: optuna.Study, trials: Optional[list] = None) -> pd.DataFrame:
@@ -66,8 +81,8 @@ def trials_table(study: optuna.Study, trials: Optional[list] = None) -> pd.DataF
     df = pd.DataFrame(rows)
     for col in LEAD_COLUMNS:
         if col not in df.columns:
-            df[col] = {"offload": False, "allocator": "default"}.get(
-                col, None if col in ("status", "cause", "checkpointing", "precision") else float("nan"))
+            df[col] = None if col in ("status", "cause", *CONFIGURATION_KEYS) else float("nan")
+    fill_defaults(df)
     for col in ("peak_memory_gib", "samples_per_s", "time_spread"):
         df[col] = pd.to_numeric(df[col], errors="coerce")
     if not df.empty:  # studies recorded before probes existed measured every trial in full

@@ -6,12 +6,14 @@ need more than a type (ranges, divisors, the device's memory) live in ``plan.py`
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, make_dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
+
+from autotune.train.dimensions import Dimension, searched
 
 # The configs ship inside the package (autotune/conf/, package data), so an installed wheel
 # runs as a checkout does; an absolute path keeps Hydra from reading it as a module path.
@@ -52,22 +54,22 @@ class MicroBatchBounds:
     max: int = 1 << 30
 
 
-@dataclass
-class SearchSpaceConfig:
-    """A search space (autotune/conf/search_space/*.yaml); ``path`` reads one from a file instead."""
+def _space_field(d: Dimension) -> tuple:
+    """A dimension's field in a search space: the list of its values (the micro-batch: bounds)."""
+    if d.name == "micro_batch":
+        return d.name, MicroBatchBounds, field(default_factory=MicroBatchBounds)
+    kind = List[Any] if d.parse is not None else List[d.type]  # type: ignore[name-defined]
+    # no "help": the README's table lists the keys of the run, a space's dimensions are in
+    # docs/guide.md (their meanings: train/dimensions.py)
+    return d.name, kind, field(default_factory=lambda: [d.default], metadata={"dimension": d.help})
 
-    name: str = MISSING
-    checkpointing: List[Any] = field(default_factory=lambda: ["none"])  # none | full | a fraction in [0, 1]
-    precision: List[str] = field(default_factory=lambda: ["fp32"])  # fp32 | bf16 | fp16
-    micro_batch: MicroBatchBounds = field(default_factory=MicroBatchBounds)  # inclusive bounds
-    offload: List[bool] = field(default_factory=lambda: [False])
-    allocator: List[str] = field(default_factory=lambda: ["default"])  # default | expandable
-    # The model-state dimensions (autotune/train/optimizer.py); left out: the default only.
-    optimizer_state: List[str] = field(default_factory=lambda: ["default"])  # default | 8bit | 4bit
-    optimizer_offload: List[bool] = field(default_factory=lambda: [False])
-    weights: List[str] = field(default_factory=lambda: ["fp32"])  # fp32 | bf16
-    optimizer_impl: List[str] = field(default_factory=lambda: ["default"])  # default | forloop | foreach | fused
-    path: Optional[str] = opt(None, "a space file of your own (replaces the group's dimensions)")
+
+# A search space (autotune/conf/search_space/*.yaml): every searched dimension of
+# train/dimensions.py as a list of values; ``path`` reads one from a file instead.
+SearchSpaceConfig = make_dataclass("SearchSpaceConfig", [
+    ("name", str, field(default=MISSING)),
+    *(_space_field(d) for d in searched()),
+    ("path", Optional[str], opt(None, "a space file of your own (replaces the group's dimensions)"))])
 
 
 @dataclass

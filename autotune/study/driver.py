@@ -31,7 +31,7 @@ from autotune.trial.contract import ModelSpec, TrialSpec
 from autotune.trial.fidelity import probe_steps
 from autotune.trial.progress import Ticker
 from autotune.trial.runner import ForkServer, run_trial
-from autotune.search.space import MODEL_STATE_DEFAULTS, canonical, skip_reason
+from autotune.search.space import canonical, skip_reason
 from autotune.train.optimizer import combination_problem, unsupported
 from autotune.trial.clean_start import trusted
 from autotune.store.claims import (Heartbeat, cut_short, duplicate_of, enqueue_missing, is_duplicate, is_repeat,
@@ -41,6 +41,7 @@ from autotune.study.parity import run_references
 from autotune.store.optuna_access import fixed_params, storage_of, trial_id
 from autotune.store.storage import check_setup, open_study
 from autotune.store.table import trials_table
+from autotune.train.dimensions import ALWAYS_KEYED, DIMENSIONS, MODEL_STATE, in_group
 from autotune.train.strategy import Strategy, allocator_env
 
 log = logging.getLogger("autotune")
@@ -52,10 +53,7 @@ _NOT_COLUMNS = {"step_times_s", "timings"}
 
 
 def strategy_of(params: dict, global_batch: int) -> Strategy:
-    return Strategy(checkpointing=params["checkpointing"], precision=params["precision"],
-                    micro_batch=params["micro_batch"], accumulation=global_batch // params["micro_batch"],
-                    offload=params.get("offload", False), allocator=params.get("allocator", "default"),
-                    **{k: params.get(k, v) for k, v in MODEL_STATE_DEFAULTS.items()})
+    return Strategy.of(params, global_batch)
 
 
 def trial_spec(plan: Plan, strategy: Strategy, fidelity: str = "full", race_speed: Optional[list] = None) -> dict:
@@ -67,7 +65,7 @@ def trial_spec(plan: Plan, strategy: Strategy, fidelity: str = "full", race_spee
                      min_measure_s=plan.min_measure_s, lr=plan.lr, seed=plan.seed,
                      memory_cap_gib=plan.memory_cap_gib,
                      cpu_threads=plan.cpu_threads if isinstance(plan.cpu_threads, int) else None,
-                     offload_bound=True in plan.space.offload,
+                     offload_bound=True in plan.space["offload"],
                      optimizer={"target": plan.optimizer.target, "kwargs": dict(plan.optimizer.kwargs)}).to_dict()
 
 
@@ -217,7 +215,7 @@ def _run_one(study, trial: optuna.Trial, plan: Plan, run_dir: Path, choices: dic
     # A configuration of an activation-only space has no model-state keys (space.canonical)
     given = set(trial.params) | set(fixed_params(storage_of(study).get_trial(trial_id(trial))))
     params = {name: trial.suggest_categorical(name, choices[name]) for name in choices
-              if name not in MODEL_STATE_DEFAULTS or name in given}
+              if DIMENSIONS[name].group in ALWAYS_KEYED or name in given}
     strategy = strategy_of(params, plan.global_batch)
     trial.set_user_attr("accumulation", strategy.accumulation)
     reason = device_skip(plan, params)
@@ -447,7 +445,7 @@ def escalation(study: optuna.Study, plan: Plan, on_trial) -> Optional[Plan]:
     ok = table[table["status"] == "ok"]
     lightest = (f"; the lightest measured used {ok['peak_memory_gib'].min():.2f} GiB" if not ok.empty
                 else "; every configuration measured ran out of memory")
-    dims = ", ".join(f"{k} {list(getattr(full, k))}" for k in MODEL_STATE_DEFAULTS)
+    dims = ", ".join(f"{d.name} {list(full[d.name])}" for d in in_group(MODEL_STATE))
     if "escalated" in study.user_attrs:
         on_trial(f"resuming the escalated search ({study.user_attrs['escalated']})")
         return wider

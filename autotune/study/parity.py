@@ -16,7 +16,7 @@ import optuna
 from autotune.scoring.parity import changes_optimizer_numbers, losses_of
 from autotune.scoring.score import score
 from autotune.store.table import REFERENCE_ATTR, trials_table
-from autotune.train.optimizer import MODEL_STATE_DEFAULTS
+from autotune.train.dimensions import MODEL_STATE, defaults
 
 
 def run_references(study: optuna.Study, plan, run_dir: Path, runner, on_trial: Callable[[str], None],
@@ -39,9 +39,7 @@ def run_references(study: optuna.Study, plan, run_dir: Path, runner, on_trial: C
     on_trial(f"loss parity: {len(wanted)} reference run(s) of the plain optimizer (fp32 weights, no memory cap) "
              "for the front's configurations that change the optimizer's numbers")
     for k, ((precision, micro_batch), rows) in enumerate(sorted(wanted.items()), start=1):
-        params = {key: rows[0][key] for key in ("checkpointing", "precision", "micro_batch", "offload", "allocator")
-                  if key in rows[0]}
-        strategy = replace(strategy_of(params, plan.global_batch), **MODEL_STATE_DEFAULTS)
+        strategy = strategy_of(rows[0], plan.global_batch).replace(**defaults(MODEL_STATE))
         result = runner(trial_spec(uncapped, strategy), run_dir / "parity" / f"{k:03d}", plan.timeout_s, env={})
         losses = losses_of(result.get("losses"))
         on_trial(f"  reference {strategy.label()}: {result.get('status')}"

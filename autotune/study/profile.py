@@ -16,18 +16,14 @@ import pandas as pd
 from autotune.study.driver import strategy_of, trial_spec
 from autotune.study.plan import Plan
 from autotune.trial.runner import run_trial
-from autotune.train.strategy import allocator_env, checkpoint_label
+from autotune.train.strategy import allocator_env
 
 log = logging.getLogger("autotune")
 
 
 def profile_best(plan: Plan, best: pd.Series, run_dir: Path) -> Optional[Path]:
     """Trace ``best``'s measured steps; returns the trace's path, or None if the run failed."""
-    params = {"checkpointing": checkpoint_label(best["checkpointing"]), "precision": str(best["precision"]),
-              "micro_batch": int(best["micro_batch"]),  # plain Python values: the spec is JSON
-              "offload": str(best.get("offload", False)).lower() == "true",
-              "allocator": str(best.get("allocator", "default"))}
-    strategy = strategy_of(params, plan.global_batch)
+    strategy = strategy_of(best, plan.global_batch)
     out = run_dir / "profile"
     spec = dict(trial_spec(plan, strategy), profile_dir=str(out.resolve()))
     log.info(f"profiling the best configuration ({strategy.label().strip()}) under torch.profiler")

@@ -28,7 +28,8 @@ from typing import Optional
 
 import pandas as pd
 
-from autotune.train.strategy import checkpoint_label
+from autotune.store.table import fill_defaults
+from autotune.train.dimensions import searched, value_in
 from autotune.trial.fidelity import FIRST_MICRO_STEPS, ONE_STEP_SPREAD, RACE_MIN_STEPS, probe_steps
 
 _KEEP = ("status", "cause", "peak_memory_gib", "device_peak_gib", "cuda_context_gib", "peak_allocated_gib",
@@ -36,8 +37,10 @@ _KEEP = ("status", "cause", "peak_memory_gib", "device_peak_gib", "cuda_context_
          "saved_gib", "saved_per_sample_gib", "host_link_gib_s")
 
 
-def _key(checkpointing, precision, micro_batch, offload, allocator) -> tuple:
-    return checkpoint_label(checkpointing), precision, int(micro_batch), bool(offload), allocator
+def _key(row: dict) -> tuple:
+    """A configuration's values in every searched dimension (a recorded table's columns, or a
+    spec's strategy), each its default where the row has none."""
+    return tuple(value_in(row, d.name) for d in searched())
 
 
 FORK_STARTUP_S = 0.2  # a forked trial's start-up on the H100 (docs/gpu-runs/front-h100-2026-12-05: 0.15-0.25 s)
@@ -55,14 +58,12 @@ class Replay:
     def __init__(self, table: pd.DataFrame, window: Optional[tuple] = None):
         self.window = window
         t = table.copy()
-        t["offload"] = t["offload"].fillna(False).astype(bool) if "offload" in t else False
-        t["allocator"] = t["allocator"].fillna("default") if "allocator" in t else "default"
+        fill_defaults(t)
         self.rows = {}
         for row in t.to_dict("records"):
             if row.get("status") in ("pruned", "skipped"):
                 continue  # never ran: nothing recorded to replay
-            self.rows[_key(row["checkpointing"], row["precision"], row["micro_batch"], row["offload"],
-                           row["allocator"])] = row
+            self.rows[_key(row)] = row
         self.trials = 0
         self.wall_s = 0.0
 
@@ -106,7 +107,7 @@ class Replay:
 
     def __call__(self, spec: dict, trial_dir: Path, timeout_s: float, env: Optional[dict] = None) -> dict:
         s = spec["strategy"]
-        row = self.rows.get(_key(s["checkpointing"], s["precision"], s["micro_batch"], s["offload"], s["allocator"]))
+        row = self.rows.get(_key(s))
         if row is None:
             return {"status": "error", "cause": "not in the recorded table", "wall_s": 0.0}
         result = {k: row[k] for k in _KEEP if k in row and not (isinstance(row[k], float) and math.isnan(row[k]))}

@@ -13,25 +13,18 @@ a copied best.yaml fails when the app composes its config (examples/hydra_app/):
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, make_dataclass
 from typing import Any, Dict, Optional
+
+from autotune.train.dimensions import DIMENSIONS
 
 # 1: the first versioned format. A best.yaml without ``format`` predates it and reads the same.
 BEST_FORMAT = 1
 
 
-@dataclass
-class TunedStrategy:
-    checkpointing: str = "none"  # none | full | a fraction of the blocks ("0.5")
-    precision: str = "fp32"  # fp32 | bf16 | fp16
-    micro_batch: int = 1
-    accumulation: int = 1  # micro_batch x accumulation = the global batch
-    offload: bool = False  # saved activations in pinned CPU memory
-    allocator: str = "default"  # default | expandable
-    optimizer_state: str = "default"  # default | 8bit | 4bit (AdamW's moments, torchao)
-    optimizer_offload: bool = False  # optimizer state and step on the host (torchao)
-    weights: str = "fp32"  # fp32 | bf16 (AdamW with stochastic rounding)
-    optimizer_impl: str = "default"  # default | forloop | foreach | fused
+# The strategy's fields: one per dimension (train/dimensions.py), its default and type.
+TunedStrategy = make_dataclass("TunedStrategy", [
+    (d.name, d.type, field(default=d.default, metadata={"help": d.help})) for d in DIMENSIONS.values()])
 
 
 @dataclass

@@ -14,7 +14,7 @@ from __future__ import annotations
 import warnings
 from typing import List
 
-from autotune.train.strategy import checkpoint_fraction, checkpoint_label
+from autotune.train.dimensions import DIMENSIONS, checkpoint_fraction, checkpoint_label
 
 
 class NotExpressible(UserWarning):
@@ -47,12 +47,15 @@ def _model_side(tuned, full_checkpointing_expressible: bool) -> List[str]:
     if 0 < fraction < 1 or (fraction == 1 and not full_checkpointing_expressible):
         missing.append(f"checkpointing={checkpoint_label(tuned.checkpointing)} (activation checkpointing of "
                        f"{'the first ' + format(fraction, '.0%') + ' of' if fraction < 1 else 'all'} the blocks)")
-    if tuned.offload:
-        missing.append("offload=true (saved activations kept in pinned host memory)")
-    if tuned.allocator != "default":
-        missing.append(f"allocator={tuned.allocator} (tuned.set_allocator() before CUDA starts, or the "
-                       "PYTORCH_CUDA_ALLOC_CONF environment variable)")
-    return missing
+    return missing + _not_expressible(tuned.strategy, optimizer_side=False)
+
+
+def _not_expressible(strategy, optimizer_side: bool) -> List[str]:
+    """The declared notes (train/dimensions.py) of the dimensions away from their defaults that
+    no trainer setting expresses, applied by ``tuned.apply(model)`` or by ``tuned.optimizer``."""
+    return [d.not_expressible.format(name=d.name, value=d.spell(getattr(strategy, d.name)))
+            for d in DIMENSIONS.values() if d.not_expressible and d.optimizer_side == optimizer_side
+            and getattr(strategy, d.name) != d.default]
 
 
 HF_OPTIM = {("AdamW", "default", "default"): "adamw_torch", ("AdamW", "default", "fused"): "adamw_torch_fused",
@@ -62,13 +65,7 @@ HF_OPTIM = {("AdamW", "default", "default"): "adamw_torch", ("AdamW", "default",
 
 def _optimizer_side(tuned) -> List[str]:
     """What of the tuned optimizer only ``tuned.optimizer(params)`` builds."""
-    s = tuned.strategy
-    missing = []
-    if s.weights == "bf16":
-        missing.append("weights=bf16 (tuned.apply(model) casts the weights; AdamW with stochastic rounding)")
-    if s.optimizer_offload:
-        missing.append("optimizer_offload=true (the optimizer state and step on the host)")
-    return missing
+    return _not_expressible(tuned.strategy, optimizer_side=True)
 
 
 def _hf_optimizer(tuned) -> tuple:
@@ -134,8 +131,9 @@ def lightning_trainer_kwargs(tuned, world_size: int = 1) -> dict:
     kwargs = {"precision": LIGHTNING_PRECISION[tuned.precision],
               "accumulate_grad_batches": _per_device(tuned, world_size)}
     s = tuned.strategy
-    optimizer = ([f"the tuned optimizer ({', '.join(f'{k}={getattr(s, k)}' for k in ('optimizer_state', 'optimizer_offload', 'weights', 'optimizer_impl'))}): "
+    state = [f"{d.name}={d.spell(getattr(s, d.name))}" for d in DIMENSIONS.values() if d.optimizer_side]
+    optimizer = ([f"the tuned optimizer ({', '.join(state)}): "
                   "LightningModule.configure_optimizers must return tuned.optimizer(self.parameters())"]
-                 if s.model_state != ("default", False, "fp32", "default") else [])
+                 if any(getattr(s, d.name) != d.default for d in DIMENSIONS.values() if d.optimizer_side) else [])
     _warn("Lightning Trainer", _model_side(tuned, full_checkpointing_expressible=False) + optimizer)
     return kwargs

@@ -33,6 +33,7 @@ import inspect
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 
+from autotune.train.dimensions import DIMENSIONS, MODEL_STATE, defaults, missing, numerics_of
 from autotune.train.target import resolve
 
 if TYPE_CHECKING:
@@ -42,13 +43,7 @@ if TYPE_CHECKING:
 # for its names alone, and a reader starts 1.4 s sooner without torch.
 
 # The model-state dimensions and their defaults (the strategy as it was before they existed).
-MODEL_STATE_DEFAULTS = {"optimizer_state": "default", "optimizer_offload": False, "weights": "fp32",
-                        "optimizer_impl": "default"}
-
-
-def missing(value) -> bool:
-    """A table cell of a trial that has no value for a key (None or NaN)."""
-    return value is None or (isinstance(value, float) and value != value)
+MODEL_STATE_DEFAULTS = defaults(MODEL_STATE)
 
 
 def state_value(key: str, value):
@@ -57,9 +52,8 @@ def state_value(key: str, value):
     return MODEL_STATE_DEFAULTS[key] if missing(value) else value
 
 
-OPTIMIZER_STATES = ("default", "8bit", "4bit")
-WEIGHTS = ("fp32", "bf16")
-OPTIMIZER_IMPLS = ("default", "forloop", "foreach", "fused")
+OPTIMIZER_STATES = DIMENSIONS["optimizer_state"].values
+WEIGHTS = DIMENSIONS["weights"].values
 _IMPL_KWARGS = {"forloop": {"foreach": False}, "foreach": {"foreach": True}, "fused": {"fused": True}}
 
 OptimizerFactory = Callable[[Any], "torch.optim.Optimizer"]
@@ -136,14 +130,7 @@ def unsupported(strategy, spec: OptimizerSpec, custom_factory: bool = False) -> 
 def changes_numerics(strategy) -> List[str]:
     """What in ``strategy`` makes training compute other numbers than fp32 with the plain
     optimizer (each one a label for trials.csv, best.yaml and the report)."""
-    out = []
-    if strategy.precision != "fp32":
-        out.append(f"{strategy.precision} autocast")
-    if strategy.optimizer_state != "default":
-        out.append(f"{strategy.optimizer_state} optimizer state")
-    if strategy.weights == "bf16":
-        out.append("bf16 weights (stochastic rounding)")
-    return out
+    return numerics_of(strategy.as_dict())
 
 
 def build(params, strategy, spec: OptimizerSpec, lr: float, custom: Optional[OptimizerFactory] = None):

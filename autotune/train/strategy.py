@@ -8,86 +8,92 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-from dataclasses import asdict, dataclass
-from typing import Iterable, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Sequence
 
-from typing import TYPE_CHECKING
+from autotune.train.dimensions import (ALLOCATORS, AUTOCAST_DTYPES, DIMENSIONS, MODEL_STATE, checkpoint_fraction,
+                                       checkpoint_label, in_group, tags, value_in)
 
-from autotune.train.optimizer import OPTIMIZER_IMPLS, OPTIMIZER_STATES, WEIGHTS
-
-CHECKPOINT_ALIASES = {"none": 0.0, "full": 1.0}
-PRECISIONS = ("fp32", "bf16", "fp16")
-AUTOCAST_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}  # torch's dtypes, by name
 if TYPE_CHECKING:
     import torch
 # torch itself is imported where a strategy is applied: the readers (show, report) use this
 # module for its names and labels alone, and start 1.4 s sooner without it.
-ALLOCATORS = {"default": None, "expandable": "expandable_segments:True"}  # -> PYTORCH_CUDA_ALLOC_CONF
+PRECISIONS = DIMENSIONS["precision"].values
 
 
-def checkpoint_fraction(value) -> float:
-    """none -> 0, full -> 1, a number in [0, 1] -> itself; anything else is a ValueError."""
-    if isinstance(value, str) and value in CHECKPOINT_ALIASES:
-        return CHECKPOINT_ALIASES[value]
-    try:
-        f = float(value)
-    except (TypeError, ValueError):
-        f = float("nan")
-    if isinstance(value, bool) or not 0.0 <= f <= 1.0:
-        raise ValueError(f"checkpointing={value!r}: use none, full or a fraction of the blocks in [0, 1], e.g. 0.5")
-    return f
-
-
-def checkpoint_label(value) -> str:
-    """The one spelling of a checkpointing value in tables and files: none, full or the fraction."""
-    f = checkpoint_fraction(value)
-    return "none" if f == 0 else "full" if f == 1 else f"{f:g}"
-
-
-@dataclass(frozen=True)
 class Strategy:
-    checkpointing: str  # none | full | a fraction of the blocks, e.g. "0.5" (see checkpoint_label)
-    precision: str  # fp32 | bf16 | fp16
-    micro_batch: int  # samples per forward/backward
-    accumulation: int  # micro-steps per optimizer step
-    offload: bool = False  # saved activations kept in pinned CPU memory (save_on_cpu)
-    allocator: str = "default"  # default | expandable (CUDA caching allocator segments)
-    # The model-state dimensions (train/optimizer.py says how each is built):
-    optimizer_state: str = "default"  # default | 8bit | 4bit (AdamW's moments block-quantised)
-    optimizer_offload: bool = False  # optimizer state and step on the host (CUDA only)
-    weights: str = "fp32"  # fp32 | bf16 (AdamW with stochastic rounding)
-    optimizer_impl: str = "default"  # default | forloop | foreach | fused (torch.optim's switch)
+    """One configuration: a value for every dimension of train/dimensions.py, each checked and
+    in its one spelling (``Strategy(micro_batch=8, accumulation=4, precision="bf16")``, or
+    positionally in the declarations' order; the dimensions not given take their defaults). Immutable and hashable; its values read as
+    attributes (``strategy.precision``)."""
 
-    def __post_init__(self):
-        object.__setattr__(self, "checkpointing", checkpoint_label(self.checkpointing))
-        for key, allowed in (("allocator", tuple(ALLOCATORS)), ("optimizer_state", OPTIMIZER_STATES),
-                             ("weights", WEIGHTS), ("optimizer_impl", OPTIMIZER_IMPLS)):
-            if getattr(self, key) not in allowed:
-                raise ValueError(f"{key}={getattr(self, key)!r}: use one of {', '.join(allowed)}")
+    __slots__ = ("_values",)
+    _values: Dict[str, Any]
+
+    def __init__(self, *args: Any, **values: Any) -> None:
+        if len(args) > len(DIMENSIONS):
+            raise TypeError(f"Strategy takes at most {len(DIMENSIONS)} values in order ({', '.join(DIMENSIONS)})")
+        values = {**dict(zip(DIMENSIONS, args)), **values}
+        unknown = sorted(set(values) - set(DIMENSIONS))
+        if unknown:
+            raise TypeError(f"unknown strategy dimension(s) {', '.join(unknown)}; known: {', '.join(DIMENSIONS)}")
+        object.__setattr__(self, "_values", {name: d.check(values[name]) if name in values else d.default
+                                             for name, d in DIMENSIONS.items()})
+
+    @classmethod
+    def of(cls, row: Mapping[str, Any], global_batch: Optional[int] = None) -> "Strategy":
+        """The strategy of a params dict or a table row: a dimension it lacks (None, NaN) takes
+        its default; with ``global_batch``, the accumulation follows from the micro-batch."""
+        values = {name: value_in(row, name) for name in DIMENSIONS}
+        if global_batch is not None:
+            values["accumulation"] = global_batch // values["micro_batch"]
+        return cls(**values)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return object.__getattribute__(self, "_values")[name]
+        except KeyError:
+            raise AttributeError(f"Strategy has no dimension {name!r}") from None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("a Strategy is immutable: strategy.replace(...) makes a changed one")
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Strategy) and self._values == other._values
+
+    def __hash__(self) -> int:
+        return hash(tuple(self._values.items()))
+
+    def __repr__(self) -> str:
+        return f"Strategy({', '.join(f'{k}={v!r}' for k, v in self._values.items())})"
+
+    def __reduce__(self) -> tuple:
+        return _strategy, (dict(self._values),)
+
+    def replace(self, **changes: Any) -> "Strategy":
+        return Strategy(**{**self._values, **changes})
 
     @property
     def model_state(self) -> tuple:
         """The model-state dimensions: what changes the memory no micro-batch changes."""
-        return (self.optimizer_state, self.optimizer_offload, self.weights, self.optimizer_impl)
+        return tuple(self._values[d.name] for d in in_group(MODEL_STATE))
 
     @property
     def checkpoint_fraction(self) -> float:
-        return checkpoint_fraction(self.checkpointing)
+        return checkpoint_fraction(self._values["checkpointing"])
 
     @property
     def global_batch(self) -> int:
-        return self.micro_batch * self.accumulation
+        return int(self._values["micro_batch"] * self._values["accumulation"])
 
-    def as_dict(self) -> dict:
-        return asdict(self)
+    def as_dict(self) -> Dict[str, Any]:
+        return dict(self._values)
 
     def label(self) -> str:
-        extra = (" offload" if self.offload else "") + (f" alloc={self.allocator}" if self.allocator != "default" else "")
-        extra += (f" opt={self.optimizer_state}" if self.optimizer_state != "default" else "") + (
-            " opt-offload" if self.optimizer_offload else "") + (f" w={self.weights}" if self.weights != "fp32" else "") + (
-            f" impl={self.optimizer_impl}" if self.optimizer_impl != "default" else "")
-        return (f"ckpt={self.checkpointing} prec={self.precision} mb={self.micro_batch} "
-                f"acc={self.accumulation}{extra}")
+        return " ".join(tags(self._values))
+
+
+def _strategy(values: Dict[str, Any]) -> Strategy:
+    return Strategy(**values)
 
 
 def blocks_to_checkpoint(blocks: Sequence[torch.nn.Module], fraction: float) -> List[torch.nn.Module]:
@@ -137,6 +143,14 @@ def apply_checkpointing(blocks: Iterable[torch.nn.Module], mode) -> int:
             block.forward = _checkpointed(block.forward)
             block._autotune_checkpointed = True
     return len(chosen)
+
+
+def apply_declared(model: torch.nn.Module, strategy: Strategy) -> None:
+    """The dimensions that carry their own ``apply`` (train/dimensions.py: a dimension of
+    one's own) set their values up on the model; a trial and ``tuned.apply`` both call this."""
+    for d in DIMENSIONS.values():
+        if d.apply is not None:
+            d.apply(model, getattr(strategy, d.name))
 
 
 def autocast_context(precision: str, device_type: str):

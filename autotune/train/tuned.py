@@ -32,11 +32,12 @@ from omegaconf.errors import OmegaConfBaseException
 from autotune.train.best_schema import BEST_FORMAT, BestConfig
 from autotune.train.exporters import hf_training_args, lightning_trainer_kwargs
 from autotune.train import trust
-from autotune.train.optimizer import MODEL_STATE_DEFAULTS, OptimizerSpec
+from autotune.train.dimensions import BATCH, DIMENSIONS
+from autotune.train.optimizer import OptimizerSpec
 from autotune.train.target import resolve
 from autotune.train.optimizer import build as build_optimizer
 from autotune.train.optimizer import unsupported as build_problem
-from autotune.train.strategy import (Strategy, allocator_env, apply_checkpointing, autocast_context, checkpoint_fraction,
+from autotune.train.strategy import (Strategy, allocator_env, apply_checkpointing, apply_declared, autocast_context,
                                forward_context, make_scaler, offload_context)
 from autotune.train.values import MAX_ACCUMULATION, count_problem, gib_problem, lr_problem
 from autotune.train.workload import find_blocks
@@ -105,6 +106,7 @@ class Tuned:
         if self.offload and not getattr(model, "_autotune_offloaded", False):
             model.forward = _offloaded(model.forward, self.device_type)
             model._autotune_offloaded = True
+        apply_declared(model, self.strategy)
         self.set_allocator()
         return model
 
@@ -248,13 +250,9 @@ def tuned_from_dict(data, source: str = "the tuned config", trust: Sequence[str]
         if value is not None and lr_problem(value, key):
             raise ValueError(f"{source}: {key}={value!r}: {lr_problem(value, key)}; correct it or use the best.yaml "
                              "the run wrote")
-    for key in ("offload", "optimizer_offload"):  # "false" is a string, which Python would read as true
-        if not isinstance(s.get(key, False), bool):
-            raise bad(key, "must be true or false (unquoted)")
-    if s.get("precision") not in ("fp32", "bf16", "fp16"):
-        raise bad("precision", "must be fp32, bf16 or fp16")
-    if s.get("allocator", "default") not in ("default", "expandable"):
-        raise bad("allocator", "must be default or expandable")
+    for d in DIMENSIONS.values():  # each dimension's own check; "false" is a string, not false
+        if d.group != BATCH and (d.required or d.name in s) and d.problem(s.get(d.name)):
+            raise bad(d.name, d.problem(s.get(d.name)))
     fmt = data.get("format", BEST_FORMAT)
     if isinstance(fmt, bool) or not isinstance(fmt, int) or not 1 <= fmt <= BEST_FORMAT:
         raise ValueError(f"{source}: format={fmt!r}: this autotune reads best.yaml format {BEST_FORMAT}; a newer "
@@ -266,11 +264,7 @@ def tuned_from_dict(data, source: str = "the tuned config", trust: Sequence[str]
         raise ValueError(f"{source}: {key}: {str(e).splitlines()[0]}; correct it or use the best.yaml the run "
                          "wrote") from None
     try:
-        strategy = Strategy(checkpointing=str(s["checkpointing"]), precision=s["precision"],
-                            micro_batch=s["micro_batch"], accumulation=s["accumulation"],
-                            offload=s.get("offload", False), allocator=s.get("allocator", "default"),
-                            **{k: s.get(k, v) for k, v in MODEL_STATE_DEFAULTS.items()})
-        checkpoint_fraction(strategy.checkpointing)
+        strategy = Strategy(**{name: s[name] for name in DIMENSIONS if name in s})
     except (KeyError, TypeError, ValueError) as e:
         raise ValueError(f"{source}: not a readable autotune best.yaml ({type(e).__name__}: {e})") from None
     opt = data.get("optimizer") or {}

@@ -28,7 +28,7 @@ from autotune.trial.fidelity import FIRST_MICRO_STEPS, MAX_FIRST_STEPS, ONE_STEP
 from autotune.trial.fidelity import probe_done, race_verdict  # noqa: E402
 from autotune.trial.progress import PROGRESS_FILE, TrialProgress  # noqa: E402
 from autotune.train.measure import host_link_gib_s, memory_growth_gib, memory_probe, step_time_stats  # noqa: E402
-from autotune.train.strategy import Strategy, apply_checkpointing, forward_context, make_scaler  # noqa: E402
+from autotune.train.strategy import Strategy, apply_checkpointing, apply_declared, forward_context, make_scaler  # noqa: E402
 from autotune.train import optimizer as optim  # noqa: E402
 from autotune.train.target import resolve  # noqa: E402
 from autotune.train.workload import Workload  # noqa: E402
@@ -206,6 +206,7 @@ def run(spec) -> dict:
         return {"status": "skipped", "cause": why_not}
     if strategy.weights == "bf16":
         workload.model.to(torch.bfloat16)
+    apply_declared(workload.model, strategy)
     optimizer = optim.build(workload.model.parameters(), strategy, opt_spec, spec.lr, workload.optimizer)
     scaler = make_scaler(strategy.precision, device_type)
     batch = workload.make_batch(strategy.micro_batch, torch.device(device))

@@ -16,12 +16,12 @@ from autotune.train.device import DeviceInfo
 from autotune.study.driver import run_study
 from autotune.study.plan import Plan
 from autotune.study.replay import Replay
-from autotune.search.auto import AutoSearch, family_of
+from autotune.search.auto import AutoSearch, Family, family_of
 from autotune.search.memory_model import fit_families, fit_line
 from autotune.search.space import SearchSpace
 from autotune.store.table import trials_table
 from autotune.scoring.settings import Scoring
-from autotune.search.space import MODEL_STATE_DEFAULTS
+from autotune.train.optimizer import MODEL_STATE_DEFAULTS
 from tests.conftest import run_cli
 from tests.test_reliability import study_trials
 
@@ -66,7 +66,7 @@ def known_workload(intercept=6.0, act=0.5, launch=0.02, per_sample=0.003, recomp
 
 def replay_plan(table: pd.DataFrame, budgets, search: str, objective="throughput", n_trials=None,
                 front_resolution=0.0) -> Plan:
-    space = SearchSpace(tuple(CKPT), ("bf16",), 4, 64, (False, True), ("default",))
+    space = SearchSpace({"checkpointing": tuple(CKPT), "precision": ("bf16",), "offload": (False, True)}, 4, 64)
     device = DeviceInfo("cuda", 0, "replay", 141.0, ("fp32", "bf16", "fp16"), {})
     return Plan(model_name="known", model_target="replay", model_config={}, seq_len=1, global_batch=64, device=device,
                 budget_gib=budgets[0], budget_is_device_memory=False, budgets=list(budgets),
@@ -170,7 +170,7 @@ def test_auto_records_what_the_device_cannot_run_as_skipped_and_the_summary_says
     with tempfile.TemporaryDirectory() as tmp:
         plan = replay_plan(truth, [12.0], "auto")
         plan = dataclasses.replace(
-            plan, space=dataclasses.replace(plan.space, precision=("bf16", "fp16")),
+            plan, space=dataclasses.replace(plan.space, choices={**plan.space.choices, "precision": ("bf16", "fp16")}),
             device=DeviceInfo("cuda", 0, "replay", 141.0, ("fp32", "bf16"), {"fp16": "no fp16 on this card"}))
         table = trials_table(run_study(plan, Path(tmp) / "run", f"journal:{tmp}/s.log", on_trial=lambda _: None,
                                        runner=replay))
@@ -203,20 +203,20 @@ def test_offload_configs_the_copies_rule_out_are_never_measured(budget):
 
 
 def test_the_copies_bound_an_offload_family_from_its_twin_without_offload():
-    measured = {((0.0, "bf16", False, "default", *PLAIN_STATE), 16): {"status": "ok", "saved_gib": 8.0, "host_link_gib_s": 40.0}}
-    fam = (0.0, "bf16", True, "default", *PLAIN_STATE)
+    measured = {(Family(0.0, "bf16", False, "default", *PLAIN_STATE), 16): {"status": "ok", "saved_gib": 8.0, "host_link_gib_s": 40.0}}
+    fam = Family(0.0, "bf16", True, "default", *PLAIN_STATE)
     # At m=32 at least the 8 GiB counted at 16 cross the link twice per micro-step.
     assert AutoSearch._transfer_bound(fam, 32, measured) == pytest.approx(32 * 40.0 * 1.25 / (2 * 8.0))
     # Below 16, only the per-sample share is sure (the weights' share may be all of it).
     assert AutoSearch._transfer_bound(fam, 8, measured) == pytest.approx(8 * 40.0 * 1.25 / (2 * 4.0))
     # With the per-sample share known, the line gives the bytes at any micro-batch.
-    measured[((0.0, "bf16", False, "default", *PLAIN_STATE), 16)]["saved_per_sample_gib"] = 0.45
+    measured[(Family(0.0, "bf16", False, "default", *PLAIN_STATE), 16)]["saved_per_sample_gib"] = 0.45
     weights = 8.0 - 0.45 * 16
     assert AutoSearch._transfer_bound(fam, 8, measured) == pytest.approx(8 * 50.0 / (2 * (weights + 0.45 * 8)))
     assert AutoSearch._transfer_bound(fam, 64, measured) == pytest.approx(64 * 50.0 / (2 * (weights + 0.45 * 64)))
     # Another precision's bytes, or no link figure: no bound.
-    assert AutoSearch._transfer_bound((0.0, "fp32", True, "default", *PLAIN_STATE), 32, measured) == math.inf
-    measured[((0.0, "bf16", False, "default", *PLAIN_STATE), 16)].pop("host_link_gib_s")
+    assert AutoSearch._transfer_bound(Family(0.0, "fp32", True, "default", *PLAIN_STATE), 32, measured) == math.inf
+    measured[(Family(0.0, "bf16", False, "default", *PLAIN_STATE), 16)].pop("host_link_gib_s")
     assert AutoSearch._transfer_bound(fam, 32, measured) == math.inf
 
 

@@ -36,9 +36,9 @@ def test_default_space_enumerates_divisors_within_inclusive_bounds():
 
 
 def test_bounds_are_inclusive_at_both_edges():
-    space = SearchSpace(("none",), ("fp32",), 8, 32)
+    space = SearchSpace({"checkpointing": ("none",), "precision": ("fp32",)}, 8, 32)
     assert space.micro_batches(64) == [8, 16, 32]
-    assert SearchSpace(("none",), ("fp32",), 9, 15).micro_batches(64) == []
+    assert SearchSpace({"checkpointing": ("none",), "precision": ("fp32",)}, 9, 15).micro_batches(64) == []
 
 
 def test_every_problem_in_a_space_file_is_reported_at_once(tmp_path):
@@ -48,8 +48,8 @@ def test_every_problem_in_a_space_file_is_reported_at_once(tmp_path):
     assert load_space(path, problems) is None
     text = "\n".join(problems)
     assert "unknown dimension 'pin_memory'" in text
-    assert "checkpointing value 'half' is neither none, full nor a fraction" in text
-    assert "checkpointing value 1.5 is neither none, full nor a fraction" in text
+    assert "checkpointing value 'half': use none, full or a fraction of the blocks in [0, 1]" in text
+    assert "checkpointing value 1.5: use none, full or a fraction" in text
     assert "offload has unknown value(s) ['maybe']" in text
     assert "allocator has unknown value(s) ['huge']; use values from ['default', 'expandable']" in text
     assert "precision has unknown value(s) ['fp8']" in text
@@ -76,8 +76,8 @@ def test_fractions_and_aliases_give_one_spelling_each(tmp_path):
     space = load_space(write(tmp_path, "checkpointing: [0, none, 0.25, 0.5, 1, full]\nprecision: [bf16]\n"
                                        "micro_batch: {min: 1, max: 2}\noffload: [false, true]\n"), problems)
     assert problems == []
-    assert space.checkpointing == ("none", "0.25", "0.5", "full")
-    assert space.offload == (False, True) and space.allocator == ("default",)
+    assert space["checkpointing"] == ("none", "0.25", "0.5", "full")
+    assert space["offload"] == (False, True) and space["allocator"] == ("default",)
 
 
 def test_cpu_runs_skip_offload_and_allocator_settings():
@@ -94,7 +94,7 @@ def test_every_shipped_space_is_clean_and_a_bad_group_value_is_reported_with_the
     group = {"name": "default", "checkpointing": ["none", 2.0], "precision": ["fp8"], "micro_batch": {"min": 4, "max": 64},
              "offload": [False], "allocator": ["default"], "path": None}
     assert load_group(group, problems) is None
-    assert problems == ["search_space=default: checkpointing value 2.0 is neither none, full nor a fraction of the blocks "
-                        "in [0, 1]; e.g. [none, 0.25, 0.5, full]",
+    assert problems == ["search_space=default: checkpointing value 2.0: use none, full or a fraction of the blocks "
+                        "in [0, 1], e.g. 0.5",
                         "search_space=default: precision has unknown value(s) ['fp8']; use values from "
                         "['fp32', 'bf16', 'fp16']"]

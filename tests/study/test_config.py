@@ -19,10 +19,10 @@ def test_each_shipped_space_is_a_group_choice(name):
     plan = plan_for("device=cpu", "cpu_reduce=false", "global_batch=64", f"search_space={name}")
     shipped = yaml.safe_load((SHIPPED_DIR / f"{name}.yaml").read_text())
     assert plan.space_name == name and plan.study_name.startswith(f"bert-{name}-")
-    assert list(plan.space.precision) == shipped["precision"]
+    assert list(plan.space["precision"]) == shipped["precision"]
     assert (plan.space.micro_batch_min, plan.space.micro_batch_max) == (shipped["micro_batch"]["min"],
                                                                         shipped["micro_batch"]["max"])
-    assert list(plan.space.offload) == shipped["offload"]
+    assert list(plan.space["offload"]) == shipped["offload"]
 
 
 def test_an_experiment_applies_its_overrides_and_the_command_line_still_wins():
@@ -50,8 +50,8 @@ def test_a_space_of_ones_own_through_the_search_path(tmp_path):
                                                              "search_space=mine"])
 
     plan = make_plan(OmegaConf.to_object(cfg), frozenset({"device"}))
-    assert plan.space_name == "mine" and plan.space.checkpointing == ("none", "0.25")
-    assert plan.space.offload == (False,)  # left out: the schema's default
+    assert plan.space_name == "mine" and plan.space["checkpointing"] == ("none", "0.25")
+    assert plan.space["offload"] == (False,)  # left out: the schema's default
     assert plan.micro_batches == [2, 4, 8]
 
 

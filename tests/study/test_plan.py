@@ -147,7 +147,7 @@ def test_a_sequence_no_device_could_hold_is_refused_with_the_memory_it_needs():
     (b"checkpointing: [none]\nprecision: [[fp32], bf16]\nmicro_batch: {min: 1, max: 4}\n",
      "precision has unknown value(s) [['fp32']]"),
     (b"checkpointing: [none, [full]]\nprecision: [fp32]\nmicro_batch: {min: 1, max: 4}\n",
-     "checkpointing value ['full'] is neither none, full nor a fraction"),
+     "checkpointing value ['full']: use none, full or a fraction"),
     (b"checkpointing: [none]\nprecision: [fp32]\nprecision: [bf16]\nmicro_batch: {min: 1, max: 4}\n",
      "duplicate key 'precision'"),
     (b"checkpointing: [none]\nprecision: [fp32\xff]\nmicro_batch: {min: 1, max: 4}\n",
