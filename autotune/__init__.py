@@ -3,9 +3,11 @@
 # package on their way to their own modules, and need neither torch nor the training side.
 _EXPORTS = {"Strategy": "autotune.train.strategy", "Tuned": "autotune.train.tuned",
             "load_tuned": "autotune.train.tuned", "tuned_from_dict": "autotune.train.tuned",
-            "Workload": "autotune.train.workload", "find_blocks": "autotune.train.workload"}
+            "Workload": "autotune.train.workload", "find_blocks": "autotune.train.workload",
+            "tune": "autotune.api", "TuneResult": "autotune.api", "ConfigError": "autotune.study.plan"}
 
-__all__ = ["Strategy", "Tuned", "Workload", "find_blocks", "load_tuned", "tuned_from_dict"]
+__all__ = ["ConfigError", "Strategy", "TuneResult", "Tuned", "Workload", "find_blocks", "load_tuned", "tune",
+           "tuned_from_dict"]
 
 
 def __getattr__(name: str):

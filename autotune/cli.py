@@ -10,8 +10,8 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from autotune.study.config import CONF_DIR, register
 from autotune.store.storage import redact_files
+from autotune.study.config import CONF_DIR, register
 
 register()
 
@@ -57,7 +57,7 @@ def check_keys(argv) -> None:
 
 def early_fork_server(cfg: DictConfig, run_dir: Path):
     """The fork server's imports (torch, transformers, the model's builder: seconds) started
-    before the driver's own (autotune.tune: about 3 s on two cores), where the composed config
+    before the driver's own (autotune.run: about 3 s on two cores), where the composed config
     already says it will be used: a plain run of one driver with trial.isolation=fork.
     The plan is checked afterwards; a server it does not use is stopped (driver.run_study).
     On the 2-core CPU default this was about 3 s of the first trial's wait."""
@@ -93,12 +93,12 @@ def main(cfg: DictConfig) -> None:
     hc = HydraConfig.get()
     forks = early_fork_server(cfg, Path(hc.runtime.output_dir))
     try:
-        from autotune.tune import tune  # after Hydra has set up logging and the run directory
+        from autotune.run import run  # after Hydra has set up logging and the run directory
 
         if hc.output_subdir:  # Hydra wrote the command line there, a storage password included
             redact_files(Path(hc.runtime.output_dir) / hc.output_subdir,
                          cfg.storage or os.environ.get("AUTOTUNE_STORAGE"))
-        code = tune(cfg, Path(hc.runtime.output_dir), list(hc.overrides.task), list(hc.overrides.hydra), forks)
+        code = run(cfg, Path(hc.runtime.output_dir), list(hc.overrides.task), list(hc.overrides.hydra), forks)
     finally:
         if forks is not None:
             _close_early(forks, Path(hc.runtime.output_dir) / "trials")

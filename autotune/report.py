@@ -12,10 +12,10 @@ def main(argv=None) -> int:
     """Rebuild report.html and pareto.png from a run directory or study, print the summary."""
     import sys
 
-    from autotune.scoring.budgets import budgets_summary, budgets_table
     from autotune.results.headline import headline
     from autotune.results.outputs import summary
     from autotune.results.review import ReviewError, open_reviewed, path_arguments, scored_for_report
+    from autotune.scoring.budgets import budgets_summary, budgets_table
     from autotune.store.storage import StorageError
 
     ap = path_arguments("Rebuild report.html and pareto.png of a run or study, and print its summary.")

@@ -17,7 +17,6 @@ from autotune.train.dimensions import tags
 from autotune.train.strategy import Strategy
 
 
-
 def best_lines(reviewed, budgets=None) -> list:
     lines = []
     for objective in OBJECTIVES:

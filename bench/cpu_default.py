@@ -117,7 +117,9 @@ def measure(args: list) -> dict:
         ok = t[t["status"] == "ok"]
         global_batch = yaml.safe_load((run_dir / "best.yaml").read_text())["global_batch"]
         summary["global_batch"] = global_batch
-        checks["micro_batch_x_accumulation_is_global"] = bool((t["micro_batch"] * t["accumulation"] == global_batch).all())
+        checks["micro_batch_x_accumulation_is_global"] = bool(
+            (t["micro_batch"] * t["accumulation"] == global_batch).all()
+        )
         summary["trials"] = t["status"].value_counts().to_dict()
         if not grid:
             checks["search_ended_by_itself"] = "search 'auto' ended" in proc.stdout

@@ -28,8 +28,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from autotune.study.plan import default_timeout  # noqa: E402
-from autotune.trial.runner import run_trial  # noqa: E402
 from autotune.train.strategy import Strategy, allocator_env  # noqa: E402
+from autotune.trial.runner import run_trial  # noqa: E402
 
 LIMITS = {"peak_allocated_gib": 0.01, "peak_reserved_gib": 0.03}
 SPEED = 0.05
@@ -103,7 +103,7 @@ def print_table(rows: list) -> int:
     print("\n| trial | config | status (run / fresh) | peak allocated GiB (run / fresh) | peak reserved GiB "
           "(run / fresh) | samples/s (run / fresh, limit) | agrees |\n|---|---|---|---|---|---|---|")
     for r in rows:
-        mem = lambda k: (f"{r[k]:.3f} / {r['fresh_' + k]:.3f} ({100 * r[k + '_apart']:.1f} %)"  # noqa: E731
+        mem = lambda k, r=r: (f"{r[k]:.3f} / {r['fresh_' + k]:.3f} ({100 * r[k + '_apart']:.1f} %)"  # noqa: E731
                          if k in r else "-")
         speed = (f"{r['samples_per_s']:.1f} / {r['fresh_samples_per_s']:.1f} ({100 * r['samples_per_s_apart']:.1f} %, "
                  f"{100 * r['samples_per_s_limit']:.0f} %)" if "samples_per_s" in r else "-")

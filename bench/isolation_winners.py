@@ -100,8 +100,10 @@ def main() -> int:
         auto_fig = f"{float(scored.loc[auto_rows[0], metric]):.1f}" if auto_rows else "not in the grid"
         verdict = "same" if same else ("within noise" if in_noise else "no")
         failed |= verdict == "no"
-        print(f"| {budget} GiB | {scoring.objective} | {label(config_key(win))} ({metric} {float(win[metric]):.1f}, "
-              f"{float(win['peak_memory_gib']):.2f} GiB) | {label(auto_key)} (grid's {metric} {auto_fig}) | {verdict} |")
+        print(
+            f"| {budget} GiB | {scoring.objective} | {label(config_key(win))} ({metric} {float(win[metric]):.1f}, "
+            f"{float(win['peak_memory_gib']):.2f} GiB) | {label(auto_key)} (grid's {metric} {auto_fig}) | {verdict} |"
+        )
     return 1 if failed else 0
 
 

@@ -82,7 +82,7 @@ def main() -> int:
         print(json.dumps(row), flush=True)
     if args.out:
         with open(args.out, "w") as f:
-            json.dump({"command": "python bench/pinned_alloc.py --gib %g" % args.gib, "rows": rows}, f, indent=1)
+            json.dump({"command": f"python bench/pinned_alloc.py --gib {args.gib:g}", "rows": rows}, f, indent=1)
     return 0
 
 

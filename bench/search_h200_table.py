@@ -109,9 +109,18 @@ def main(argv=None) -> int:
                      "gpu_time_share": round(auto["gpu_s"] / grid["wall_s"], 3)})
     checks = offload_bound_check(Path(args.runs) / "auto-16GiB-offload-bound", grid_table)
     out = Path(args.out)
-    out.write_text(json.dumps({"command": "python bench/search_h200_table.py", "runs": str(Path(args.runs)),
-                               "made_by": "bash bench/h200_search.sh OUT 40 24 16 (and TAG=... EXTRA=... for tagged runs)",
-                               "rows": rows, "offload_bound_check": checks}, indent=1))
+    out.write_text(
+        json.dumps(
+            {
+                "command": "python bench/search_h200_table.py",
+                "runs": str(Path(args.runs)),
+                "made_by": "bash bench/h200_search.sh OUT 40 24 16 (and TAG=... EXTRA=... for tagged runs)",
+                "rows": rows,
+                "offload_bound_check": checks,
+            },
+            indent=1,
+        )
+    )
     df = pd.DataFrame(rows)
     cols = ["budget_gib", "auto_run", "grid_trials", "grid_gpu_s", "grid_best", "grid_best_samples_per_s",
             "auto_trials", "auto_gpu_s", "auto_driver_wall_s", "auto_chosen", "auto_chosen_samples_per_s",

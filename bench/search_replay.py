@@ -36,14 +36,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from autotune.scoring.budgets import per_budget  # noqa: E402
-from autotune.train.device import DeviceInfo  # noqa: E402
+from autotune.scoring.settings import Scoring  # noqa: E402
+from autotune.search.space import SearchSpace  # noqa: E402
+from autotune.store.table import trials_table  # noqa: E402
 from autotune.study.driver import run_study  # noqa: E402
 from autotune.study.plan import Plan  # noqa: E402
 from autotune.study.replay import Replay  # noqa: E402
-from autotune.search.space import SearchSpace  # noqa: E402
+from autotune.train.device import DeviceInfo  # noqa: E402
 from autotune.train.strategy import checkpoint_label  # noqa: E402
-from autotune.store.table import trials_table  # noqa: E402
-from autotune.scoring.settings import Scoring  # noqa: E402
 
 RECORDED = {
     # name: (trials.csv, what it is)
@@ -93,18 +93,24 @@ def run(table: pd.DataFrame, budget: float, search: str, seed: int = 0, n_trials
         result = per_budget(trials_table(study), Scoring(plan.global_batch, [budget], ROI, "throughput"))[0]
     best = None if result.best is None else result.scored.loc[result.best]
     ok = result.scored[result.scored["fits_budget"]]
-    return {"trials": replay.trials, "wall_s": replay.wall_s, "points": ok[["peak_memory_gib", "samples_per_s"]],
-            "front": ok[ok["on_pareto"]][["peak_memory_gib", "samples_per_s"]],
-            "best_samples_per_s": None if best is None else float(best["samples_per_s"]),
-            "best": None if best is None else f"{best['checkpointing']}/{best['precision']}/mb{int(best['micro_batch'])}"
-                                              + ("/offload" if best.get("offload") else "")}
+    return {
+        "trials": replay.trials,
+        "wall_s": replay.wall_s,
+        "points": ok[["peak_memory_gib", "samples_per_s"]],
+        "front": ok[ok["on_pareto"]][["peak_memory_gib", "samples_per_s"]],
+        "best_samples_per_s": None if best is None else float(best["samples_per_s"]),
+        "best": None
+        if best is None
+        else f"{best['checkpointing']}/{best['precision']}/mb{int(best['micro_batch'])}"
+        + ("/offload" if best.get("offload") else ""),
+    }
 
 
 def _reached(front: pd.DataFrame, points: pd.DataFrame) -> str:
     """How many of ``front``'s points a measured point comes within the resolution of."""
     hit = sum(any(m <= g_m * (1 + FRONT_RESOLUTION) and s >= 0.95 * g_s
-                  for m, s in zip(points["peak_memory_gib"], points["samples_per_s"]))
-              for g_m, g_s in zip(front["peak_memory_gib"], front["samples_per_s"]))
+                  for m, s in zip(points["peak_memory_gib"], points["samples_per_s"], strict=False))
+              for g_m, g_s in zip(front["peak_memory_gib"], front["samples_per_s"], strict=False))
     return f"{hit}/{len(front)}"
 
 
@@ -114,15 +120,21 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     logging.disable(logging.INFO)
     rows = []
-    for name, (path, what) in RECORDED.items():
+    for name, (path, _what) in RECORDED.items():
         table = pd.read_csv(ROOT / path)
         for budget in BUDGETS:
             grid = run(table, budget, "grid")
             if grid["best_samples_per_s"] is None:
                 continue
             ref, budget_trials = grid["best_samples_per_s"], max(1, math.floor(0.3 * grid["trials"]))
-            row = {"table": name, "budget_gib": budget, "grid_trials": grid["trials"], "grid_wall_s": round(grid["wall_s"], 1),
-                   "grid_best": grid["best"], "grid_best_samples_per_s": round(ref, 1)}
+            row = {
+                "table": name,
+                "budget_gib": budget,
+                "grid_trials": grid["trials"],
+                "grid_wall_s": round(grid["wall_s"], 1),
+                "grid_best": grid["best"],
+                "grid_best_samples_per_s": round(ref, 1),
+            }
             auto = run(table, budget, "auto")
             row.update(auto_trials=auto["trials"], auto_wall_s=round(auto["wall_s"], 1), auto_best=auto["best"],
                        auto_best_samples_per_s=round(auto["best_samples_per_s"] or 0, 1),
@@ -153,7 +165,9 @@ def main(argv=None) -> int:
             print(json.dumps(row), flush=True)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"command": "python bench/search_replay.py", "recorded": RECORDED, "rows": rows}, indent=1))
+    out.write_text(
+        json.dumps({"command": "python bench/search_replay.py", "recorded": RECORDED, "rows": rows}, indent=1)
+    )
     df = pd.DataFrame(rows)
     cols = ["table", "budget_gib", "grid_trials", "grid_best_samples_per_s", "auto_trials", "auto_vs_grid",
             "auto_trial_share", "auto_time_share", "auto_meets_target", "front_trials", "front_points",

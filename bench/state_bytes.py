@@ -9,7 +9,8 @@ from pathlib import Path
 
 from autotune.trial.runner import ForkServer
 from tests.conftest import trial_env
-from tests.test_gpu_model_state import SAVED_BYTES, STATE_RUNS as RUNS, llama_spec
+from tests.test_gpu_model_state import SAVED_BYTES, llama_spec
+from tests.test_gpu_model_state import STATE_RUNS as RUNS
 
 names = ["plain"] + [n for n in (sys.argv[1:] or list(SAVED_BYTES)) if n != "plain"]
 forks = ForkServer("autotune.models.llama:build")

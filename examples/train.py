@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import statistics
+import sys
 import time
 
 import torch

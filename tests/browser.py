@@ -12,12 +12,11 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
 
 LOCAL_SCHEMES = ("file:", "data:", "about:", "blob:")
 
 
-def chromium() -> Optional[str]:
+def chromium() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 
 
@@ -39,7 +38,7 @@ class _Pipe:
         self.out, self.inp, self.buf, self.next_id = to_browser, from_browser, b"", 0
         self.events = []
 
-    def send(self, method: str, params: Optional[dict] = None, session: Optional[str] = None) -> int:
+    def send(self, method: str, params: dict | None = None, session: str | None = None) -> int:
         self.next_id += 1
         msg = {"id": self.next_id, "method": method, "params": params or {}}
         if session:
@@ -47,7 +46,7 @@ class _Pipe:
         os.write(self.out, json.dumps(msg).encode() + b"\0")
         return self.next_id
 
-    def _read(self, deadline: float) -> Optional[dict]:
+    def _read(self, deadline: float) -> dict | None:
         while b"\0" not in self.buf:
             import select
 
@@ -61,7 +60,7 @@ class _Pipe:
         raw, self.buf = self.buf.split(b"\0", 1)
         return json.loads(raw)
 
-    def call(self, method: str, params: Optional[dict] = None, session: Optional[str] = None,
+    def call(self, method: str, params: dict | None = None, session: str | None = None,
              timeout: float = 30.0) -> dict:
         want = self.send(method, params, session)
         deadline = time.time() + timeout
@@ -91,7 +90,7 @@ def _above_4(fd: int) -> int:
     return high
 
 
-def visit(page: Path, expression: str, screenshot: Optional[Path] = None, settle_s: float = 1.0,
+def visit(page: Path, expression: str, screenshot: Path | None = None, settle_s: float = 1.0,
           width: int = 1280) -> PageVisit:
     """Load ``page`` (a local file) in a window ``width`` px wide (a phone's 390, say:
     emulated as a mobile screen, so the page's viewport rule applies), evaluate

@@ -49,7 +49,8 @@ def run_cli(run_dir: Path, *overrides: str, timeout: float = 600) -> subprocess.
 
 def compose(*overrides: str):
     """The real config, composed with the overrides a user would type."""
-    from hydra import compose as hydra_compose, initialize_config_dir
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
 
     from autotune.cli import CONF_DIR
 

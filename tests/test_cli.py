@@ -1,8 +1,8 @@
 """The whole loop through the CLI, as a user runs it, on a tiny model."""
-import pytest
 import re
 
 import pandas as pd
+import pytest
 import yaml
 
 from autotune import load_tuned
@@ -11,7 +11,15 @@ from tests.conftest import run_cli
 
 pytestmark = pytest.mark.e2e  # python -m autotune end to end
 
-FAST = ["model=tiny", "device=cpu", "search=grid", "global_batch=8", "seq_len=16", "trial.warmup_steps=1", "trial.measure_steps=3"]
+FAST = [
+    "model=tiny",
+    "device=cpu",
+    "search=grid",
+    "global_batch=8",
+    "seq_len=16",
+    "trial.warmup_steps=1",
+    "trial.measure_steps=3",
+]
 
 
 def test_tune_writes_every_output(tmp_path):
@@ -74,7 +82,11 @@ def test_tune_writes_every_output(tmp_path):
     tuned = load_tuned(run_dir / "best.yaml")
     best = yaml.safe_load((run_dir / "best.yaml").read_text())
     row = trials[trials["number"] == best["measured"]["trial"]].iloc[0]
-    assert (tuned.checkpointing, tuned.precision, tuned.micro_batch) == (row["checkpointing"], row["precision"], row["micro_batch"])
+    assert (tuned.checkpointing, tuned.precision, tuned.micro_batch) == (
+        row["checkpointing"],
+        row["precision"],
+        row["micro_batch"],
+    )
     assert tuned.micro_batch * tuned.accumulation == 8
     # The winner is the top ROI, or tied with it within the measured timing spread (a spread
     # of 100 % or more, as on a loaded machine, leaves its bound undefined: it bounds nothing).
@@ -122,8 +134,20 @@ def test_several_budgets_get_a_best_config_each_from_the_same_trials(tmp_path):
     space = tmp_path / "space.yaml"
     space.write_text("checkpointing: [none, full]\nprecision: [fp32]\nmicro_batch: {min: 8, max: 8}\n")
     run_dir = tmp_path / "run"
-    out = run_cli(run_dir, "model=tiny", "device=cpu", "search=grid", "global_batch=8", "seq_len=16", "trial.warmup_steps=1",
-                  "trial.measure_steps=2", "trial.repeats=0", f"search_space.path={space}", "budget_gib=[1,0.0001]", "search.escalate=false")
+    out = run_cli(
+        run_dir,
+        "model=tiny",
+        "device=cpu",
+        "search=grid",
+        "global_batch=8",
+        "seq_len=16",
+        "trial.warmup_steps=1",
+        "trial.measure_steps=2",
+        "trial.repeats=0",
+        f"search_space.path={space}",
+        "budget_gib=[1,0.0001]",
+        "search.escalate=false",
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     trials = pd.read_csv(run_dir / "trials.csv")
     assert len(trials) == 2  # measured once, judged against both budgets
@@ -159,7 +183,9 @@ def test_dry_run_prints_the_plan_as_it_will_run_and_runs_nothing(tmp_path):
 
 def test_auto_records_what_the_device_cannot_run_and_the_headline_says_so(tmp_path):
     space = tmp_path / "space.yaml"
-    space.write_text("checkpointing: [none]\nprecision: [fp32]\nmicro_batch: {min: 4, max: 8}\noffload: [false, true]\n")
+    space.write_text(
+        "checkpointing: [none]\nprecision: [fp32]\nmicro_batch: {min: 4, max: 8}\noffload: [false, true]\n"
+    )
     run_dir = tmp_path / "run"
     out = run_cli(run_dir, "model=tiny", "device=cpu", "global_batch=8", "seq_len=16", "trial.warmup_steps=1",
                   "trial.measure_steps=2", "trial.repeats=0", f"search_space.path={space}")  # search=auto, the default

@@ -93,8 +93,19 @@ def test_cli_on_cuda_end_to_end_with_offload_and_allocator(tmp_path):
     space.write_text("checkpointing: [0.5]\nprecision: [fp32, bf16, fp16]\nmicro_batch: {min: 8, max: 8}\n"
                      "offload: [false, true]\nallocator: [expandable]\n")
     run_dir = tmp_path / "run"
-    out = run_cli(run_dir, "model=tiny", "device=cuda", "search=grid", "global_batch=8", "seq_len=32", "trial.warmup_steps=1",
-                  "trial.measure_steps=3", "trial.repeats=0", f"search_space.path={space}", "budget_gib=8")
+    out = run_cli(
+        run_dir,
+        "model=tiny",
+        "device=cuda",
+        "search=grid",
+        "global_batch=8",
+        "seq_len=32",
+        "trial.warmup_steps=1",
+        "trial.measure_steps=3",
+        "trial.repeats=0",
+        f"search_space.path={space}",
+        "budget_gib=8",
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     trials = pd.read_csv(run_dir / "trials.csv")
     assert (trials["status"] == "ok").all(), trials[["status", "cause"]]
@@ -113,8 +124,18 @@ def test_each_built_in_model_tunes_on_cuda_at_full_size(tmp_path, model):
     space = tmp_path / "space.yaml"
     space.write_text("checkpointing: [0.5]\nprecision: [bf16]\nmicro_batch: {min: 8, max: 8}\n")
     run_dir = tmp_path / "run"
-    out = run_cli(run_dir, f"model={model}", "device=cuda", "search=grid", "global_batch=8", "seq_len=128", "trial.warmup_steps=1",
-                  "trial.measure_steps=2", "trial.repeats=0", f"search_space.path={space}")
+    out = run_cli(
+        run_dir,
+        f"model={model}",
+        "device=cuda",
+        "search=grid",
+        "global_batch=8",
+        "seq_len=128",
+        "trial.warmup_steps=1",
+        "trial.measure_steps=2",
+        "trial.repeats=0",
+        f"search_space.path={space}",
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     row = pd.read_csv(run_dir / "trials.csv").iloc[0]
     assert row["status"] == "ok" and row["n_checkpointed"] == 6 and row["n_blocks"] == 12  # all four: 12 layers
@@ -184,7 +205,7 @@ def test_the_default_mechanism_measures_a_sequence_as_fresh_processes_do(tmp_pat
     fresh = [run_trial(s, tmp_path / f"fresh{i}", 300, env=trial_env()) for i, s in enumerate(sequence)]
     assert [r["status"] for r in forked] == [r["status"] for r in fresh] == ["ok"] * 3 + ["oom"] + ["ok"] * 3
     assert len({r["pid"] for r in forked if "pid" in r}) == len(sequence)  # a process each
-    for s, f, n in zip(sequence, forked, fresh):
+    for s, f, n in zip(sequence, forked, fresh, strict=False):
         if f["status"] != "ok":
             continue
         label = s["strategy"]

@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from autotune.tune import _StopOnce
+from autotune.run import _StopOnce
 
 
 class _CollectedAsTheSignalComes:

@@ -118,7 +118,7 @@ def test_no_import_cycle():
 def test_the_checks_catch_what_they_are_for():
     """Neither check is vacuous: each flags a planted fault, and the real graph holds the
     arrows they judge, lazy imports included."""
-    assert find_cycles({"autotune.cli": {"autotune.tune"}, "autotune.tune": {"autotune.results.review"},
+    assert find_cycles({"autotune.cli": {"autotune.run"}, "autotune.run": {"autotune.results.review"},
                         "autotune.results.review": {"autotune.cli"}})
     assert layering_violations({"autotune.train.strategy": {"autotune.study.plan"}}) == [
         "autotune.train.strategy imports autotune.study.plan"]
@@ -126,7 +126,7 @@ def test_the_checks_catch_what_they_are_for():
     graph = import_graph()
     assert "autotune.train.dimensions" in graph["autotune.scoring.score"]
     assert "autotune.study.config" in graph["autotune.results.review"]  # a lazy import, inside a function
-    assert _floor("autotune.tune") is None and _floor("autotune.study.driver") == "study"
+    assert _floor("autotune.run") is None and _floor("autotune.study.driver") == "study"
 
 
 def test_linux_only_calls_live_in_one_module():

@@ -59,7 +59,14 @@ def test_importing_torchao_at_an_entry_point_prints_none_of_the_known_lines():
     if loud.returncode != 0 or not printed:
         pytest.skip(f"torchao's import prints none of the known lines here (rc {loud.returncode})")
     quiet = subprocess.run(
-        [sys.executable, "-c", code.format("from autotune.system.quiet import quiet_third_party; quiet_third_party();")],
-        capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "-c",
+            code.format("from autotune.system.quiet import quiet_third_party; quiet_third_party();"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert quiet.returncode == 0, quiet.stderr
     assert not [k for k in printed if k in quiet.stderr], quiet.stderr

@@ -1,7 +1,7 @@
 """Faults a tuner meets by design, each survived and recorded (CPU, real processes and signals)."""
 import signal
-import sys
 import subprocess
+import sys
 import time
 
 import optuna
@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from autotune.trial.runner import run_trial
 from autotune.store.storage import make_storage
+from autotune.trial.runner import run_trial
 from tests.conftest import ROOT, cli_command, run_cli, trial_env
 from tests.trial.test_trial import spec
 
@@ -68,7 +68,9 @@ def test_all_but_one_failing_still_gives_the_report_and_best_from_the_one(tmp_pa
 
 def test_a_study_where_every_trial_fails_exits_non_zero_with_the_causes(tmp_path):
     run_dir = tmp_path / "run"
-    out = run_cli(run_dir, *faulty(tmp_path, "model.config.fault=raise_in_step", space=space_file(tmp_path, "[none]", 2, 4)))
+    out = run_cli(
+        run_dir, *faulty(tmp_path, "model.config.fault=raise_in_step", space=space_file(tmp_path, "[none]", 2, 4))
+    )
     assert out.returncode == 1
     assert "nothing ran ok: all 2 trial(s) ended 2 error; causes:" in out.stdout
     assert "2 x error: RuntimeError: planted failure in the training step" in out.stdout
@@ -294,8 +296,16 @@ def test_noisy_timing_is_re_measured_in_fresh_processes_flagged_and_ranked_stabl
     # two and four draws per step, so their spread may fall either side of 10 %; the flag
     # must follow it. Chosen by simulating the rule: the top two are ranked right, and
     # micro-batch 4 flagged, in all but about 1 in 5,000 runs.
-    args = faulty(tmp_path, "model.config.step_sleep=0.06", "model.config.step_jitter=0.03", "trial.measure_steps=12",
-                  "trial.repeats=2", "objective=throughput", "trial.fidelity=full", space=space_file(tmp_path, "[none]"))
+    args = faulty(
+        tmp_path,
+        "model.config.step_sleep=0.06",
+        "model.config.step_jitter=0.03",
+        "trial.measure_steps=12",
+        "trial.repeats=2",
+        "objective=throughput",
+        "trial.fidelity=full",
+        space=space_file(tmp_path, "[none]"),
+    )
     out = run_cli(run_dir, *args)
     assert out.returncode == 0, out.stdout + out.stderr
     trials = pd.read_csv(run_dir / "trials.csv").set_index("micro_batch")
@@ -347,7 +357,9 @@ def test_a_trial_that_shares_its_cores_with_a_busy_process_is_flagged_and_re_mea
     # Busy from the start: the trials ran one torch thread, not threads that wait on each other.
     assert "the CPU is busy: other processes used" in out.stdout and "CPU trials run 1 torch thread(s)" in out.stdout
     assert "[repeat 1 of trial 0]" in out.stdout
-    assert "contention: 1 of 1 configurations ran while" in out.stdout  # the summary says so, whichever way the repeat went
+    assert (
+        "contention: 1 of 1 configurations ran while" in out.stdout
+    )  # the summary says so, whichever way the repeat went
     row = pd.read_csv(run_dir / "trials.csv").iloc[0]
     assert row["contended_runs"] >= 1 and isinstance(row["contention"], str)
     assert row["cpu_threads"] == 1
@@ -399,7 +411,10 @@ def test_pruning_looks_only_at_the_same_strategy():
     from autotune.study.driver import oom_at_smaller_micro_batch
 
     study = optuna.create_study()
-    dist = {"checkpointing": CategoricalDistribution(["none", "full"]), "micro_batch": CategoricalDistribution([2, 4, 8])}
+    dist = {
+        "checkpointing": CategoricalDistribution(["none", "full"]),
+        "micro_batch": CategoricalDistribution([2, 4, 8]),
+    }
     for ckpt, mb, status in (("none", 4, "oom"), ("full", 2, "ok")):
         study.add_trial(optuna.trial.create_trial(
             params={"checkpointing": ckpt, "micro_batch": mb}, distributions=dist,

@@ -78,10 +78,10 @@ def test_a_password_reaches_no_output_no_argv_and_no_hydra_file(tmp_path):
                   f"?sslmode=disable&password={raw}")
     assert make_url(query_form).query["password"] == password
     space = space_file(tmp_path, lo=2, hi=4)
-    for form, url in (("query", query_form), ("userinfo", url)):
+    for form, given in (("query", query_form), ("userinfo", url)):
         name = f"secret-{form}-{os.getpid()}-{time.time_ns()}"
         run = tmp_path / form
-        args = faulty(tmp_path, "model.config.step_sleep=0.3", "global_batch=8", f"storage='{url}'",
+        args = faulty(tmp_path, "model.config.step_sleep=0.3", "global_batch=8", f"storage='{given}'",
                       f"study_name={name}", "workers=2", space=space)
         proc = subprocess.Popen(cli_command(run, *args), cwd=ROOT, env=trial_env(), stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True)
@@ -102,11 +102,11 @@ def test_a_password_reaches_no_output_no_argv_and_no_hydra_file(tmp_path):
         assert any(p.parent.name == ".hydra" for p in written) and (run / "workers/1/.hydra").is_dir()
         for path in written:
             assert not [s for s in secrets if s.encode() in path.read_bytes()], (form, path)
-        st = optuna.load_study(study_name=name, storage=make_storage(url))
+        st = optuna.load_study(study_name=name, storage=make_storage(given))
         assert not [s for s in secrets if s in repr(st.user_attrs) + repr([t.user_attrs for t in st.trials])]
         for reader in ("autotune.show", "autotune.report"):
             extra = ["--out", str(tmp_path / f"rebuilt-{form}")] if reader == "autotune.report" else []
-            r = subprocess.run([sys.executable, "-m", reader, url, "--study", name, *extra], cwd=ROOT,
+            r = subprocess.run([sys.executable, "-m", reader, given, "--study", name, *extra], cwd=ROOT,
                                env=trial_env(), capture_output=True, text=True, timeout=300)
             assert r.returncode == 0, r.stdout + r.stderr
             assert not [s for s in secrets if s in r.stdout + r.stderr]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import torch
+
 # Imported here, not inside the builder, so the trial's memory baseline (taken after the
 # builder's module is imported) does not count the library's own import.
 from transformers import BertConfig, BertForSequenceClassification

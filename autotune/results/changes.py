@@ -7,7 +7,6 @@ trials, a re-measurement that moved a figure, or other settings."""
 from __future__ import annotations
 
 import time
-from typing import Optional
 
 import numpy as np
 import optuna
@@ -36,16 +35,16 @@ def pick_record(scored: pd.DataFrame, best: int, scoring: Scoring) -> dict:
             "objective": scoring.objective, "when": time.strftime("%Y-%m-%d %H:%M", time.localtime())}
 
 
-def remember_best(study: optuna.Study, scored: pd.DataFrame, best: Optional[int], scoring: Scoring) -> None:
+def remember_best(study: optuna.Study, scored: pd.DataFrame, best: int | None, scoring: Scoring) -> None:
     if best is not None:
         study.set_user_attr(LAST_BEST_ATTR, pick_record(scored, best, scoring))
 
 
-def last_best(study: optuna.Study) -> Optional[dict]:
+def last_best(study: optuna.Study) -> dict | None:
     return study.user_attrs.get(LAST_BEST_ATTR)
 
 
-def best_change(previous: Optional[dict], scored: pd.DataFrame, best: Optional[int], scoring: Scoring) -> Optional[str]:
+def best_change(previous: dict | None, scored: pd.DataFrame, best: int | None, scoring: Scoring) -> str | None:
     """A sentence when this run's best differs from the previous run's, else None."""
     if not previous or best is None or int(scored.loc[best, "number"]) == previous["number"]:
         return None

@@ -12,8 +12,6 @@ table alone (no run metadata beyond the device name), so a rebuilt report says t
 """
 from __future__ import annotations
 
-from typing import List, Optional
-
 import numpy as np
 import pandas as pd
 
@@ -78,10 +76,12 @@ def baseline_sentence(best_row, baseline: Baseline, scored: pd.DataFrame, global
     ran = plain[plain["status"] == "ok"].sort_values("micro_batch")
     if len(ran):  # the plain configuration at its largest micro-batch that ran: what the user could run
         r = ran.iloc[-1]
-        text += (f"; against {config_label(r)}, the largest plain one that ran ({float(r['peak_memory_gib']):.3g} GiB, "
-                 f"{float(r['samples_per_s']):.3g} samples/s): "
-                 f"{_speed_words(sps / float(r['samples_per_s']), r.name != best_row.name and _overlap(best_row, r))} at "
-                 f"{_memory_words(float(best_row['peak_memory_gib']), float(r['peak_memory_gib']), False)}")
+        text += (
+            f"; against {config_label(r)}, the largest plain one that ran ({float(r['peak_memory_gib']):.3g} GiB, "
+            f"{float(r['samples_per_s']):.3g} samples/s): "
+            f"{_speed_words(sps / float(r['samples_per_s']), r.name != best_row.name and _overlap(best_row, r))} at "
+            f"{_memory_words(float(best_row['peak_memory_gib']), float(r['peak_memory_gib']), False)}"
+        )
     return text + "."
 
 
@@ -121,7 +121,7 @@ def certainty_sentence(scored: pd.DataFrame, best: int, objective: str) -> str:
     return "Certainty: " + text + "."
 
 
-def hardware_sentence(scored: pd.DataFrame, best_row, device_name: str) -> Optional[str]:
+def hardware_sentence(scored: pd.DataFrame, best_row, device_name: str) -> str | None:
     parts = []
     fps, peak = flops_per_sample(scored), peak_flops(device_name)
     if fps and peak:
@@ -133,8 +133,8 @@ def hardware_sentence(scored: pd.DataFrame, best_row, device_name: str) -> Optio
     return ("Hardware: " + "; ".join(parts) + ".") if parts else None
 
 
-def headline(scored: pd.DataFrame, best: Optional[int], baseline: Baseline, objective: str,
-             budget_gib: float, global_batch: int, device_name: str = "") -> List[str]:
+def headline(scored: pd.DataFrame, best: int | None, baseline: Baseline, objective: str,
+             budget_gib: float, global_batch: int, device_name: str = "") -> list[str]:
     """The headline's sentences; the first names what to use (or why nothing can be)."""
     if best is None:
         return [f"No configuration to use: nothing that ran ok fits {budget_gib:.3g} GiB (see below)."]

@@ -12,8 +12,8 @@ iterative); the few dozen labels of a front need only this.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import List, Optional, Sequence, Tuple
 
 # Offsets of the label's anchor corner from its point, in units of (gap): right-above first.
 _SPOTS = ((1, -1, "start", "bottom"), (1, 1, "start", "top"), (-1, -1, "end", "bottom"), (-1, 1, "end", "top"),
@@ -27,10 +27,10 @@ class Box:
     x1: float
     y1: float
 
-    def overlaps(self, other: "Box") -> bool:
+    def overlaps(self, other: Box) -> bool:
         return self.x0 < other.x1 and other.x0 < self.x1 and self.y0 < other.y1 and other.y0 < self.y1
 
-    def inside(self, frame: "Box") -> bool:
+    def inside(self, frame: Box) -> bool:
         return self.x0 >= frame.x0 and self.x1 <= frame.x1 and self.y0 >= frame.y0 and self.y1 <= frame.y1
 
 
@@ -42,16 +42,16 @@ class Placed:
     box: Box
 
 
-def place(points: Sequence[Tuple[float, float]], texts: Sequence[Optional[str]], frame: Box,
-          obstacles: Sequence[Tuple[float, float]] = (), char_px: float = 6.2, height_px: float = 11.0,
-          marker_px: float = 5.0, gap_px: float = 4.0) -> List[Optional[Placed]]:
+def place(points: Sequence[tuple[float, float]], texts: Sequence[str | None], frame: Box,
+          obstacles: Sequence[tuple[float, float]] = (), char_px: float = 6.2, height_px: float = 11.0,
+          marker_px: float = 5.0, gap_px: float = 4.0) -> list[Placed | None]:
     """A spot for each ``texts[i]`` beside ``points[i]`` (pixels, y downwards), in the
     order given (the first are placed first); None for a text that is None or finds no free
     spot. ``obstacles``: other points (unlabelled ones too) that no label may cover."""
-    taken: List[Box] = [Box(x - marker_px, y - marker_px, x + marker_px, y + marker_px)
+    taken: list[Box] = [Box(x - marker_px, y - marker_px, x + marker_px, y + marker_px)
                         for x, y in [*points, *obstacles]]
-    out: List[Optional[Placed]] = []
-    for (px, py), text in zip(points, texts):
+    out: list[Placed | None] = []
+    for (px, py), text in zip(points, texts, strict=False):
         spot = None
         if text:
             width = len(text) * char_px

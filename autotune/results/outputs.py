@@ -3,16 +3,15 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from pathlib import Path
-from typing import List, Optional, Tuple
 
 import pandas as pd
 import yaml
 
+from autotune.scoring.budgets import BudgetResult, budget_label
+from autotune.scoring.score import Baseline
+from autotune.study.plan import Plan
 from autotune.system.safe_write import replacing, write_text
 from autotune.train.best_schema import BestConfig, Measured, TunedDevice, TunedModel, TunedOptimizer, TunedStrategy
-from autotune.scoring.budgets import BudgetResult, budget_label
-from autotune.study.plan import Plan
-from autotune.scoring.score import Baseline
 from autotune.train.dimensions import ALWAYS_KEYED, DIMENSIONS, family, tags
 from autotune.train.optimizer import changes_numerics
 from autotune.train.strategy import Strategy
@@ -50,7 +49,7 @@ def best_config(plan: Plan, row: pd.Series, baseline: Baseline, command: str, bu
     return asdict(best)
 
 
-def write_outputs(run_dir: Path, plan: Plan, results: List[BudgetResult], command: str) -> List[str]:
+def write_outputs(run_dir: Path, plan: Plan, results: list[BudgetResult], command: str) -> list[str]:
     """trials.csv and pareto.csv (primary budget), best.yaml for the primary budget and,
     with several budgets, best-<budget>GiB.yaml for each; returns the tuned files written."""
     primary = results[0]
@@ -83,7 +82,7 @@ def fixed_cost_s(trials: pd.DataFrame) -> pd.Series:
     return t["startup_s"] + t["build_s"] + (t["first_step_s"] - t["step_time_s"]).clip(lower=0)
 
 
-def trial_cost(scored: pd.DataFrame) -> Optional[str]:
+def trial_cost(scored: pd.DataFrame) -> str | None:
     """Where an ok trial's wall time goes (medians): the fixed cost (``fixed_cost_s``)
     against the timed steps."""
     cols = ["wall_s", "startup_s", "build_s", "first_step_s", "step_time_s", "measured_s"]
@@ -98,7 +97,7 @@ def trial_cost(scored: pd.DataFrame) -> Optional[str]:
             f"step) and timed steps {med['measured_s']:.1f} s")
 
 
-def contention_summary(scored: pd.DataFrame) -> Optional[Tuple[str, List[str]]]:
+def contention_summary(scored: pd.DataFrame) -> tuple[str, list[str]] | None:
     """The trials that ran while other processes competed for the device: one short sentence
     (how many, how much slower where a quiet run shows it, what was done about it) and the
     per-trial detail, or None where nothing competed."""
@@ -121,18 +120,20 @@ def contention_summary(scored: pd.DataFrame) -> Optional[Tuple[str, List[str]]]:
         done.append(f"{len(quiet_again)} re-measured on a quiet machine, their quiet speed used")
     if len(still):
         done.append(f"{len(still)} measured only under load: flagged noisy, a stable rival wins a tie")
-    detail = [f"trial {int(r.number)}: {r.contention}" for r in quiet_again.itertuples() if isinstance(r.contention, str)]
+    detail = [
+        f"trial {int(r.number)}: {r.contention}" for r in quiet_again.itertuples() if isinstance(r.contention, str)
+    ]
     detail += [f"trial {int(r.number)} (under load only): {r.contention}" for r in still.itertuples()]
     return text + "; " + "; ".join(done), detail
 
 
-def contention_note(scored: pd.DataFrame) -> Optional[str]:
+def contention_note(scored: pd.DataFrame) -> str | None:
     """The terminal's one line on contention (the per-trial detail is in trials.csv)."""
     found = contention_summary(scored)
     return None if found is None else f"contention: {found[0]} (per trial: trials.csv, column contention)"
 
 
-def unavailable(scored: pd.DataFrame) -> List[str]:
+def unavailable(scored: pd.DataFrame) -> list[str]:
     """Values of a dimension the device could not run at all ("precision bf16, fp16: <cause>"):
     every configuration with that value was skipped, for one reason."""
     out = []
@@ -148,7 +149,7 @@ def unavailable(scored: pd.DataFrame) -> List[str]:
     return out
 
 
-def no_best(scored: pd.DataFrame, most: int = 5) -> Tuple[str, List[str]]:
+def no_best(scored: pd.DataFrame, most: int = 5) -> tuple[str, list[str]]:
     """Why no configuration won: a headline and the commonest causes, most frequent first
     ("3 x oom: CUDA out of memory ..."), so a run where nothing worked leads with what broke."""
     ok = scored[scored["status"] == "ok"]
@@ -198,12 +199,12 @@ def front_text(front: pd.DataFrame) -> str:
         if col in front:
             lo, hi = front.get(f"{col}_lo", pd.Series(float("nan"), index=front.index)), \
                 front.get(f"{col}_hi", pd.Series(float("nan"), index=front.index))
-            shown[col] = [with_interval(v, a, b) for v, a, b in zip(front[col], lo, hi)]
+            shown[col] = [with_interval(v, a, b) for v, a, b in zip(front[col], lo, hi, strict=False)]
     return shown.rename(columns={"samples_per_s": "samples_per_s [interval]", "roi": "roi [interval]"}) \
         .to_string(index=False)
 
 
-def summary(scored: pd.DataFrame, best: Optional[int], objective: str, why: Optional[str] = None) -> str:
+def summary(scored: pd.DataFrame, best: int | None, objective: str, why: str | None = None) -> str:
     lines = []
     counts = scored["status"].value_counts()
     lines.append("trials: " + ", ".join(f"{n} {s}" for s, n in counts.items()))

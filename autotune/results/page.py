@@ -12,7 +12,6 @@ from __future__ import annotations
 import html
 import re
 from pathlib import Path, PurePosixPath
-from typing import List, Optional
 from urllib.parse import quote
 
 import numpy as np
@@ -23,11 +22,11 @@ from autotune.results.headline import headline, money
 from autotune.results.outputs import contention_summary, no_best, unavailable
 from autotune.scoring.effects import MEMORY_NOISE, strategy_effects
 from autotune.scoring.score import Baseline
-from autotune.train.dimensions import DIMENSIONS, checkpoint_fraction, checkpoint_label
-from autotune.train.strategy import Strategy
-from autotune.system.safe_write import replacing, write_text
 from autotune.store.storage import redact
 from autotune.store.table import MEMORY_AGREEMENT
+from autotune.system.safe_write import replacing, write_text
+from autotune.train.dimensions import DIMENSIONS, checkpoint_fraction, checkpoint_label
+from autotune.train.strategy import Strategy
 
 # The key columns first (what a reader compares, and what shows on a phone before scrolling).
 TABLE_COLUMNS = ["number", *(d.name for d in DIMENSIONS.values() if d.always_shown), "peak_memory_gib",
@@ -54,7 +53,7 @@ def _pyplot():
     return plt
 
 
-def pareto_figure(scored: pd.DataFrame, best: Optional[int], budgets: List[float], baseline: Baseline,
+def pareto_figure(scored: pd.DataFrame, best: int | None, budgets: list[float], baseline: Baseline,
                   title: str):
     """The Pareto plot as a matplotlib Figure (pareto.png)."""
     fig, ax = _pyplot().subplots(figsize=(10, 5.2), dpi=110)
@@ -120,7 +119,7 @@ def pareto_figure(scored: pd.DataFrame, best: Optional[int], budgets: List[float
 LABEL_PT = 7  # the PNG's point labels, in points
 
 
-def _label_points(fig, ax, ok: pd.DataFrame, best: Optional[int]) -> None:
+def _label_points(fig, ax, ok: pd.DataFrame, best: int | None) -> None:
     """Label the best and the Pareto front (labels.place: none overlaps another or a point),
     once the axes' layout is final: the offsets are fixed in points, so the layout must not
     change after this."""
@@ -128,7 +127,7 @@ def _label_points(fig, ax, ok: pd.DataFrame, best: Optional[int]) -> None:
     height = fig.bbox.height
     order = _label_order(ok, best)
     xy = ax.transData.transform(ok[["peak_memory_gib", "samples_per_s"]].to_numpy(dtype=float))
-    pts = {i: (float(x), height - float(y)) for i, (x, y) in zip(ok.index, xy)}
+    pts = {i: (float(x), height - float(y)) for i, (x, y) in zip(ok.index, xy, strict=False)}
     frame = ax.get_window_extent()
     font_px = LABEL_PT / to_px
     spots = labels.place([pts[i] for i in order], [point_label(ok.loc[i]) for i in order],
@@ -136,7 +135,7 @@ def _label_points(fig, ax, ok: pd.DataFrame, best: Optional[int]) -> None:
                          obstacles=[p for i, p in pts.items() if i not in order],
                          char_px=0.62 * font_px, height_px=1.25 * font_px, marker_px=6.0)
     ha = {"start": "left", "middle": "center", "end": "right"}
-    for i, spot in zip(order, spots):
+    for i, spot in zip(order, spots, strict=False):
         if spot is None:
             continue
         px, py = pts[i]
@@ -151,7 +150,7 @@ def point_label(row) -> str:
     return f"mb{int(row['micro_batch'])}" + (f"x{acc}" if acc > 1 else "")
 
 
-def _label_order(ok: pd.DataFrame, best: Optional[int]) -> list:
+def _label_order(ok: pd.DataFrame, best: int | None) -> list:
     """The points that get a label, first placed first: the best, then the front by memory."""
     front = ok[ok["on_pareto"].fillna(False).astype(bool)].sort_values("peak_memory_gib").index
     return ([best] if best in ok.index else []) + [i for i in front if i != best]
@@ -186,7 +185,7 @@ def _run_fractions(scored: pd.DataFrame) -> list:
     return [checkpoint_fraction(c) for c in _ok_points(scored)["checkpointing"]]
 
 
-def _pareto_svg(scored: pd.DataFrame, best: Optional[int], baseline: Baseline, meta: dict) -> str:
+def _pareto_svg(scored: pd.DataFrame, best: int | None, baseline: Baseline, meta: dict) -> str:
     ok = _ok_points(scored)
     front = scored[scored["on_pareto"]].sort_values("peak_memory_gib")
     best_mark = None
@@ -205,7 +204,7 @@ def _pareto_svg(scored: pd.DataFrame, best: Optional[int], baseline: Baseline, m
                            label_of=point_label)
 
 
-def _roi_svg(scored: pd.DataFrame, best: Optional[int]) -> str:
+def _roi_svg(scored: pd.DataFrame, best: int | None) -> str:
     ok = _ok_points(scored)
     ok = ok[np.isfinite(ok["roi"]) & np.isfinite(ok["memory_saved_gib"])] if "roi" in ok else ok.iloc[:0]
     if ok.empty:
@@ -266,7 +265,7 @@ def _numbers(numbers, limit: int = 30) -> str:
     return ", ".join(numbers[:limit]) + (f" and {more} more (trials.csv)" if more > 0 else "")
 
 
-def _gib(v) -> Optional[str]:
+def _gib(v) -> str | None:
     """A size read back from the study's record: a number as GiB, anything else as text."""
     return None if v is None else f"{_num(v)} GiB"
 
@@ -294,7 +293,7 @@ def _cell(value, column: str, percent: tuple) -> tuple:
     return str(value), None, "text" if column in TEXT_COLUMNS or len(str(value)) > 24 else ""
 
 
-def _table(df: pd.DataFrame, percent: tuple = (), table_id: Optional[str] = None) -> str:
+def _table(df: pd.DataFrame, percent: tuple = (), table_id: str | None = None) -> str:
     """An HTML table in a horizontally scrolling box: numbers never break (a non-breaking
     space holds '12 %' together), sentences wrap at spaces only, and a header breaks at its
     underscores (micro_<wbr>batch), never inside a word. A cell's data-v is its number, for
@@ -303,7 +302,7 @@ def _table(df: pd.DataFrame, percent: tuple = (), table_id: Optional[str] = None
     rows = []
     for record in df.itertuples(index=False, name=None):
         cells = []
-        for column, value in zip(df.columns, record):
+        for column, value in zip(df.columns, record, strict=False):
             text, key, css = _cell(value, column, percent)
             attrs = (f" class='{css}'" if css else "") + (f" data-v='{key:.17g}'" if key is not None else "")
             cells.append(f"<td{attrs}>{_esc(text)}</td>")
@@ -331,14 +330,17 @@ def _effects_table(effects: pd.DataFrame) -> str:
         return (cell(row, "memory") + cell(row, "time") if row["rests_on"]
                 else f"<td class='text noise' colspan='2'>{_esc(row['measured'])}</td>")
 
-    rows = "".join(f"<tr><td class='text'>{_esc(r['strategy'])}</td><td class='num'>{_num(r['micro_batch'], '.0f')}</td>"
-                   f"{compared(r)}<td class='text'>{_esc(r['rests_on'])}</td>"
-                   f"<td class='text'>{_esc(r['rule_of_thumb'])}</td></tr>" for _, r in effects.iterrows())
+    rows = "".join(
+        f"<tr><td class='text'>{_esc(r['strategy'])}</td><td class='num'>{_num(r['micro_batch'], '.0f')}</td>"
+        f"{compared(r)}<td class='text'>{_esc(r['rests_on'])}</td>"
+        f"<td class='text'>{_esc(r['rule_of_thumb'])}</td></tr>"
+        for _, r in effects.iterrows()
+    )
     return f"<div class='scroll'><table id='effects'><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table></div>"
 
 
-def write_report(run_dir: Path, scored: pd.DataFrame, best: Optional[int], baseline: Baseline, meta: dict,
-                 per_budget: Optional[pd.DataFrame] = None) -> Path:
+def write_report(run_dir: Path, scored: pd.DataFrame, best: int | None, baseline: Baseline, meta: dict,
+                 per_budget: pd.DataFrame | None = None) -> Path:
     """Write report.html and pareto.png into run_dir; returns the HTML path.
 
     ``scored`` is scored at the primary budget; ``per_budget`` (several budgets) holds the
@@ -360,22 +362,34 @@ def write_report(run_dir: Path, scored: pd.DataFrame, best: Optional[int], basel
     headline_html = ("<div class='headline'>" + "".join(f"<p>{esc(line)}</p>" for line in lead) + "</div>")
     if best is None:
         first, causes = no_best(scored)
-        best_html = (f"<p class='best'><b>{esc(first[0].upper() + first[1:])}.</b></p>"
-                     + ("<ul class='causes'>" + "".join(f"<li>{esc(c)}</li>" for c in causes) + "</ul>" if causes else ""))
+        best_html = f"<p class='best'><b>{esc(first[0].upper() + first[1:])}.</b></p>" + (
+            "<ul class='causes'>" + "".join(f"<li>{esc(c)}</li>" for c in causes) + "</ul>" if causes else ""
+        )
     else:
         b = scored.loc[best]
-        best_html = (f"<p class='best'>Best by <b>{esc(meta['objective'])}</b>: checkpointing <b>{esc(b['checkpointing'])}</b>, "
-                     f"precision <b>{esc(b['precision'])}</b>, micro_batch <b>{int(b['micro_batch'])}</b> x accumulation "
-                     f"<b>{int(b['accumulation'])}</b> - peak {b['peak_memory_gib']:.2f} GiB, {b['samples_per_s']:.1f} samples/s"
-                     + (f", ROI {money(float(b['roi']))}" if pd.notna(b.get("roi")) else "")
-                     + "".join(f", {d.name} <b>{esc(d.spell(v))}</b>" for d, v in _others(b)) + "</p>"
-                     + (f"<p class='numerics'><b>Changes training numerics</b>: {esc(b['numerics'])}; loss parity: "
-                        + ("not measured" if pd.isna(b.get("loss_parity")) else
-                           f"losses within {b['loss_parity']:.2%} of the plain optimizer's over the same steps, seed "
-                           "and batch") + ".</p>" if isinstance(b.get("numerics"), str) and b.get("numerics") else "")
-                     + (f"<p class='why'>Why: {esc(meta['why'])}.</p>" if meta.get("why") else "")
-                     + (f"<p class='limits'><b>Limits</b>: {esc(meta['limits'])}.</p>" if meta.get("limits") else "")
-                     + (f"<p class='effort'><b>Cost</b>: {esc(meta['effort'])}.</p>" if meta.get("effort") else ""))
+        best_html = (
+            f"<p class='best'>Best by <b>{esc(meta['objective'])}</b>: checkpointing <b>{esc(b['checkpointing'])}</b>, "
+            f"precision <b>{esc(b['precision'])}</b>, micro_batch <b>{int(b['micro_batch'])}</b> x accumulation "
+            f"<b>{int(b['accumulation'])}</b> - peak {b['peak_memory_gib']:.2f} GiB, {b['samples_per_s']:.1f} samples/s"
+            + (f", ROI {money(float(b['roi']))}" if pd.notna(b.get("roi")) else "")
+            + "".join(f", {d.name} <b>{esc(d.spell(v))}</b>" for d, v in _others(b))
+            + "</p>"
+            + (
+                f"<p class='numerics'><b>Changes training numerics</b>: {esc(b['numerics'])}; loss parity: "
+                + (
+                    "not measured"
+                    if pd.isna(b.get("loss_parity"))
+                    else f"losses within {b['loss_parity']:.2%} of the plain optimizer's over the same steps, seed "
+                    "and batch"
+                )
+                + ".</p>"
+                if isinstance(b.get("numerics"), str) and b.get("numerics")
+                else ""
+            )
+            + (f"<p class='why'>Why: {esc(meta['why'])}.</p>" if meta.get("why") else "")
+            + (f"<p class='limits'><b>Limits</b>: {esc(meta['limits'])}.</p>" if meta.get("limits") else "")
+            + (f"<p class='effort'><b>Cost</b>: {esc(meta['effort'])}.</p>" if meta.get("effort") else "")
+        )
     if meta.get("change"):
         best_html += f"<p class='change'><b>Changed since the last run</b>: {esc(meta['change'])}</p>"
     best_html += "".join(f"<p class='unavailable'><b>Unavailable on this device</b> (skipped, never run): "
@@ -388,10 +402,12 @@ def write_report(run_dir: Path, scored: pd.DataFrame, best: Optional[int], basel
     if meta.get("left_out"):
         notes.append(esc(meta["left_out"]) + ".")
     if meta.get("memory_cap_gib"):
-        notes.append(f"Every trial ran with its CUDA allocator capped to {_num(meta['memory_cap_gib'])} GiB less its CUDA "
-                     "context (torch.cuda.set_per_process_memory_fraction), as on a card of that size; a trial fits a "
-                     "budget when its reserved memory plus the context stays within it. Not simulated: the smaller "
-                     "card's speed, and memory other processes would hold on it.")
+        notes.append(
+            f"Every trial ran with its CUDA allocator capped to {_num(meta['memory_cap_gib'])} GiB less its CUDA "
+            "context (torch.cuda.set_per_process_memory_fraction), as on a card of that size; a trial fits a "
+            "budget when its reserved memory plus the context stays within it. Not simulated: the smaller "
+            "card's speed, and memory other processes would hold on it."
+        )
     if meta.get("reductions"):
         notes.append("CPU run with a reduced model so it finishes in minutes: " + esc(", ".join(meta["reductions"]))
                      + ". GPU runs use the full size.")
@@ -426,6 +442,11 @@ def write_report(run_dir: Path, scored: pd.DataFrame, best: Optional[int], basel
     if per_budget is not None:
         budget_html = ("<h2>Best per budget</h2>\n<p>The same trials, judged against each budget (the table and "
                        f"plot below use the first, {_num(meta['budget_gib'])} GiB).</p>\n" + _table(per_budget))
+    run_line = (f"{esc(title)} - seq_len {esc(str(meta['seq_len']))} - budget "
+                f"{', '.join(_num(b, '.1f') for b in meta['budgets'])} GiB - device {esc(meta['device_name'])}"
+                + (" - torch " + esc(meta["torch"]) if meta.get("torch") else ""))
+    shown_note = ("" if len(shown) == len(scored)
+                  else "The Pareto front, the best and the latest trials; trials.csv holds every one. ")
     page = f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
 <title>autotune report - {esc(title)}</title>
@@ -434,7 +455,8 @@ body {{ font-family: sans-serif; margin: 1.5em; max-width: 1200px; color: #222; 
 @media (max-width: 600px) {{ body {{ margin: 0.6em; }} }}
 .scroll {{ overflow-x: auto; max-width: 100%; margin-bottom: 1.5em; }}
 table {{ border-collapse: collapse; font-size: 0.85em; }}
-th, td {{ padding: 3px 5px; border-bottom: 1px solid #ddd; text-align: right; overflow-wrap: normal; word-break: normal; }}
+th, td {{ padding: 3px 5px; border-bottom: 1px solid #ddd; text-align: right; overflow-wrap: normal;
+  word-break: normal; }}
 td {{ white-space: nowrap; }} td.text {{ white-space: normal; text-align: left; min-width: 14em; max-width: 32em; }}
 th {{ background: #f3f3f3; vertical-align: bottom; }} #effects th {{ text-align: left; }} td.noise {{ color: #777; }}
 .headline {{ font-size: 1.1em; background: #f4f8fd; border-left: 4px solid #3465a4; padding: 0.3em 0.9em; }}
@@ -444,10 +466,10 @@ svg.plot {{ max-width: 100%; height: auto; }}
 </style></head><body>
 <h1>autotune report</h1>
 {headline_html}
-<p>{esc(title)} - seq_len {esc(str(meta['seq_len']))} - budget {", ".join(_num(b, '.1f') for b in meta["budgets"])} GiB - device {esc(meta['device_name'])}{" - torch " + esc(meta["torch"]) if meta.get("torch") else ""}</p>
-<p>Command: <code>{esc(redact(meta['command']))}</code></p>
+<p>{run_line}</p>
+<p>Command: <code>{esc(redact(meta["command"]))}</code></p>
 {best_html}
-<ul>{''.join(f'<li>{n}</li>' for n in notes)}</ul>
+<ul>{"".join(f"<li>{n}</li>" for n in notes)}</ul>
 {budget_html}
 <h2>Pareto plot: memory against throughput</h2>
 <p>Hover a point for its configuration. Up and left is better.</p>
@@ -463,11 +485,11 @@ svg.plot {{ max-width: 100%; height: auto; }}
 by ({100 * MEMORY_NOISE:.0f} %). The rules of thumb are figures often quoted for each technique, not measurements.</p>
 {_effects_table(effects)}
 <h2>{"All trials" if len(shown) == len(scored) else f"{len(shown)} of the {len(scored)} trials"}</h2>
-<p>{"" if len(shown) == len(scored) else "The Pareto front, the best and the latest trials; trials.csv holds every one. "}Click a column's header to sort by it.</p>
+<p>{shown_note}Click a column's header to sort by it.</p>
 {_table(shown[cols], table_id="trials")}
 <h2>Measured on</h2>
 {_environment_html(meta)}
-<p>Reproduce: <code>{esc(redact(meta['command']))}</code> (a new study_name measures again; the same one resumes).</p>
+<p>Reproduce: <code>{esc(redact(meta["command"]))}</code> (a new study_name measures again; the same one resumes).</p>
 {_profile_html(meta)}
 <script>{SORT_SCRIPT}</script>
 </body></html>

@@ -11,7 +11,7 @@ so the two pictures agree.
 from __future__ import annotations
 
 import re
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 PRECISION_COLOURS = {"fp32": "#1f77b4", "bf16": "#2ca02c", "fp16": "#ff7f0e"}
 OTHER_COLOUR = "grey"
@@ -71,7 +71,11 @@ def detailed(points, best=None):
 
     if len(points) <= DETAIL_LIMIT:
         return pd.Series(True, index=points.index)
-    keep = points["on_pareto"].fillna(False).astype(bool) if "on_pareto" in points else pd.Series(False, index=points.index)
+    keep = (
+        points["on_pareto"].fillna(False).astype(bool)
+        if "on_pareto" in points
+        else pd.Series(False, index=points.index)
+    )
     if best is not None and best in points.index:
         keep.loc[best] = True
     latest = points.loc[~keep, "number"].nlargest(max(0, DETAIL_LIMIT - int(keep.sum()))).index

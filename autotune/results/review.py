@@ -14,7 +14,6 @@ import argparse
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import List, Optional
 
 import numpy as np
 import optuna
@@ -41,14 +40,14 @@ def record_settings(study: optuna.Study, scoring: Scoring, meta: dict) -> None:
 @dataclass
 class Reviewed:
     source: str  # what was read, for messages
-    study_name: Optional[str]
+    study_name: str | None
     table: pd.DataFrame
     scoring: Scoring  # as the run scored it
     meta: dict = field(default_factory=dict)
-    run_dir: Optional[Path] = None
+    run_dir: Path | None = None
     left_out: str = ""  # the trials the table left out, named (store/table.py)
 
-    def results(self, objective: Optional[str] = None, budgets: Optional[List[float]] = None) -> List[BudgetResult]:
+    def results(self, objective: str | None = None, budgets: list[float] | None = None) -> list[BudgetResult]:
         return per_budget(self.table, self.scoring.but(budgets=budgets, objective=objective))
 
 
@@ -64,7 +63,7 @@ def _storage_url(path: str) -> str:
     return f"sqlite:///{p.resolve()}"
 
 
-def _load_study(url: str, study_name: Optional[str]) -> tuple:
+def _load_study(url: str, study_name: str | None) -> tuple:
     """(the study, its trials), read once."""
     try:
         storage = open_read_only(url)  # a reader never writes, neither into the storage nor beside it
@@ -86,7 +85,7 @@ def _load_study(url: str, study_name: Optional[str]) -> tuple:
     return study, check_readable(study, url)
 
 
-def study_listing(storage, names: List[str]) -> str:
+def study_listing(storage, names: list[str]) -> str:
     """One line per study, oldest first: name, model, search space, budgets, when its first
     trial started and how many trials it holds, so that studies whose names are digests
     can be told apart."""
@@ -220,7 +219,7 @@ def _settings_from_run_dir(run_dir: Path) -> dict:
             "roi": roi, "objective": tuned["objective"], "meta": meta}
 
 
-def open_reviewed(path: str, study_name: Optional[str] = None) -> Reviewed:
+def open_reviewed(path: str, study_name: str | None = None) -> Reviewed:
     p = Path(path)
     run_dir = p if p.is_dir() else None
     if run_dir is not None and (run_dir / "study.db").is_file():
@@ -255,7 +254,7 @@ def open_reviewed(path: str, study_name: Optional[str] = None) -> Reviewed:
                     meta=meta if isinstance(meta, dict) else {}, run_dir=run_dir, left_out=left_out_note(table))
 
 
-def scored_for_report(results: List[BudgetResult]) -> pd.DataFrame:
+def scored_for_report(results: list[BudgetResult]) -> pd.DataFrame:
     """The primary budget's scored table, with a fits_<budget> column per budget when there are several."""
     scored = results[0].scored
     if len(results) > 1:

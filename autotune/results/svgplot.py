@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import html
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import List, Optional, Sequence
 
 import pandas as pd
 
@@ -26,7 +26,7 @@ LEFT, RIGHT, TOP, BOTTOM = 70, 250, 30, 50  # margins; the legend sits in the ri
 LEGEND_CHARS = 32  # what fits the legend's margin at 11 px; longer entries wrap
 
 
-def _wrap(text: str, width: int) -> List[str]:
+def _wrap(text: str, width: int) -> list[str]:
     lines, line = [], ""
     for word in text.split():
         if line and len(line) + 1 + len(word) > width:
@@ -44,7 +44,7 @@ class Mark:
     label: str  # hover text
 
 
-def _ticks(lo: float, hi: float, n: int = 6) -> List[float]:
+def _ticks(lo: float, hi: float, n: int = 6) -> list[float]:
     if hi <= lo:
         hi = lo + 1.0
     raw = (hi - lo) / n
@@ -73,9 +73,9 @@ def trial_hover(row: pd.Series) -> str:
 
 
 def scatter(points: pd.DataFrame, x: str, y: str, x_label: str, y_label: str, plot_id: str,
-            front: Optional[pd.DataFrame] = None, best: Optional[Mark] = None, baseline: Optional[Mark] = None,
+            front: pd.DataFrame | None = None, best: Mark | None = None, baseline: Mark | None = None,
             vlines: Sequence[tuple] = (), x_from_zero: bool = True, fractions: Sequence[float] = (),
-            detail: Optional[pd.Series] = None, labelled: Sequence = (), label_of=None) -> str:
+            detail: pd.Series | None = None, labelled: Sequence = (), label_of=None) -> str:
     """The SVG of ``points`` (rows of the scored trials table) at columns ``x``, ``y``.
 
     ``fractions``: the checkpointed fractions of the whole run, which rank the markers (so
@@ -96,7 +96,11 @@ def scatter(points: pd.DataFrame, x: str, y: str, x_label: str, y_label: str, pl
     drawn = plot_style.drawn_budgets([v for v, _ in vlines], top)
     shown_lines = [(v, lab) for v, lab in vlines if v in drawn]  # a budget far right would squash the points
     x_lo = 0.0 if x_from_zero else min(xs + [0.0])
-    x_hi = plot_style.x_limit(top, [v for v, _ in vlines]) if x_from_zero else max(xs + [x_lo + 1e-9]) * plot_style.X_MARGIN
+    x_hi = (
+        plot_style.x_limit(top, [v for v, _ in vlines])
+        if x_from_zero
+        else max(xs + [x_lo + 1e-9]) * plot_style.X_MARGIN
+    )
     y_lo, y_hi = min(ys + [0.0]), max(ys + [1e-9]) * 1.1
     if y_lo < 0:
         y_lo *= 1.1
@@ -131,7 +135,7 @@ def scatter(points: pd.DataFrame, x: str, y: str, x_label: str, y_label: str, pl
         legend.append((f'<line x1="0" x2="18" y1="0" y2="0" stroke="red" stroke-dasharray="{dash}"/>',
                        lab + ("" if (v, lab) in shown_lines else " (beyond the right edge)")))
     if front is not None and len(front) > 1:
-        pts = " ".join(f"{px(a):.1f},{py(b):.1f}" for a, b in zip(front[x], front[y]))
+        pts = " ".join(f"{px(a):.1f},{py(b):.1f}" for a, b in zip(front[x], front[y], strict=False))
         out.append(f'<polyline class="pareto-front" points="{pts}" fill="none" stroke="black" stroke-opacity="0.6"/>')
         legend.append(('<line x1="0" x2="18" y1="0" y2="0" stroke="black"/>', "Pareto front"))
     seen = {}
@@ -139,8 +143,8 @@ def scatter(points: pd.DataFrame, x: str, y: str, x_label: str, y_label: str, pl
     any_noisy = False
     crowd: dict = {}  # legend group -> (path data of its points without a mark of their own, count)
     cols = list(points.columns)
-    for i, row in zip(points.index, points.itertuples(index=False, name=None)):
-        r = dict(zip(cols, row))
+    for i, row in zip(points.index, points.itertuples(index=False, name=None), strict=False):
+        r = dict(zip(cols, row, strict=False))
         colour = plot_style.colour(r["precision"])
         offload = str(r.get("offload", False)).lower() == "true"
         fits = str(r.get("fits_budget", True)).lower() == "true"
@@ -181,7 +185,9 @@ def scatter(points: pd.DataFrame, x: str, y: str, x_label: str, y_label: str, pl
         cx, cy = px(m.x), py(m.y)
         shape = (f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="11" {style}' if cls == "best-mark" else
                  f'<path d="M{cx},{cy - 10} L{cx + 10},{cy} L{cx},{cy + 10} L{cx - 10},{cy} Z" {style}')
-        out.append(f'{shape} class="{cls}"><title>{esc(m.label)}</title></{"circle" if cls == "best-mark" else "path"}>')
+        out.append(
+            f'{shape} class="{cls}"><title>{esc(m.label)}</title></{"circle" if cls == "best-mark" else "path"}>'
+        )
         legend.append((f'<circle cx="9" cy="0" r="6" {style}/>' if cls == "best-mark" else
                        f'<path d="M9,-6 L15,0 L9,6 L3,0 Z" {style}/>', "best" if cls == "best-mark" else "baseline"))
     if has_interval:
@@ -189,7 +195,7 @@ def scatter(points: pd.DataFrame, x: str, y: str, x_label: str, y_label: str, pl
     if any_noisy:
         legend.append(('<circle cx="9" cy="0" r="6" fill="none" stroke="#777" stroke-dasharray="2,2"/>',
                        "noisy or contended"))
-    for (ckpt, prec, offload), (frac, colour, fill, shape) in sorted(seen.items(),
+    for (ckpt, prec, offload), (_frac, colour, fill, shape) in sorted(seen.items(),
                                                                        key=lambda kv: (kv[1][0], kv[0][1:])):
         legend.append((f'<path d="{plot_style.svg_path(shape, 9, 0, 5)}" fill="{fill}" stroke="{colour}" '
                        'stroke-width="1.6"/>',
@@ -207,7 +213,7 @@ def scatter(points: pd.DataFrame, x: str, y: str, x_label: str, y_label: str, pl
 LABEL_PX = 10  # font size of a point's label
 
 
-def _point_labels(points: pd.DataFrame, x: str, y: str, px, py, labelled: Sequence, label_of) -> List[str]:
+def _point_labels(points: pd.DataFrame, x: str, y: str, px, py, labelled: Sequence, label_of) -> list[str]:
     if not len(labelled) or label_of is None:
         return []
     where = {i: (px(float(points.at[i, x])), py(float(points.at[i, y]))) for i in points.index}
@@ -219,4 +225,4 @@ def _point_labels(points: pd.DataFrame, x: str, y: str, px, py, labelled: Sequen
     return [f'<text class="point-label" x="{spot.x:.1f}" y="{spot.y:.1f}" text-anchor="{spot.anchor}" '
             f'font-size="{LABEL_PX}" fill="#444" data-number="{int(points.at[i, "number"])}">'
             f'{html.escape(label_of(points.loc[i]))}</text>'
-            for i, spot in zip(order, spots) if spot is not None]
+            for i, spot in zip(order, spots, strict=False) if spot is not None]

@@ -10,7 +10,6 @@ fitting, so the answer errs on the safe side.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Optional
 
 import numpy as np
 import pandas as pd
@@ -26,7 +25,7 @@ class BudgetResult:
     budget_gib: float
     scored: pd.DataFrame
     baseline: Baseline
-    best: Optional[int]  # index into scored
+    best: int | None  # index into scored
     why: str
 
 
@@ -34,7 +33,7 @@ def budget_label(budget_gib: float) -> str:
     return f"{budget_gib:g}GiB"
 
 
-def why_best(scored: pd.DataFrame, best: Optional[int], objective: str, budget_gib: float) -> str:
+def why_best(scored: pd.DataFrame, best: int | None, objective: str, budget_gib: float) -> str:
     """Why the winner won, in one sentence: which rule decided (a lead larger than both
     spreads, or a tie within noise broken by stability, then memory, among the tied whose
     figure reaches the best lower bound), which rivals it beat
@@ -77,7 +76,7 @@ def why_best(scored: pd.DataFrame, best: Optional[int], objective: str, budget_g
     return text
 
 
-def _load_note(scored: pd.DataFrame, best, rivals: Optional[pd.DataFrame]) -> str:
+def _load_note(scored: pd.DataFrame, best, rivals: pd.DataFrame | None) -> str:
     """Plain words where the verdict rests on figures measured while other processes competed
     for the device: then absolute speeds are the load's, and only a tie is claimed."""
     busy = scored.get("contended", pd.Series(False, index=scored.index)).fillna(False).astype(bool)
@@ -109,7 +108,7 @@ def interval(row, key: str) -> str:
     return f"{fmt(v)} [{fmt(lo)}, {fmt(hi)}]"
 
 
-def per_budget(table: pd.DataFrame, scoring: Scoring) -> List[BudgetResult]:
+def per_budget(table: pd.DataFrame, scoring: Scoring) -> list[BudgetResult]:
     """The trials scored under each of the settings' budgets, primary first."""
     results = []
     for budget in scoring.budgets:
@@ -119,7 +118,7 @@ def per_budget(table: pd.DataFrame, scoring: Scoring) -> List[BudgetResult]:
     return results
 
 
-def budgets_table(results: List[BudgetResult]) -> pd.DataFrame:
+def budgets_table(results: list[BudgetResult]) -> pd.DataFrame:
     """One row per budget: the winner, its figures, and why it won."""
     rows = []
     for r in results:
@@ -133,7 +132,7 @@ def budgets_table(results: List[BudgetResult]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def budgets_summary(results: List[BudgetResult]) -> str:
+def budgets_summary(results: list[BudgetResult]) -> str:
     """The terminal's lines: each budget's winner in one line."""
     lines = ["best per budget:"]
     for r in results:

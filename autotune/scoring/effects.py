@@ -12,14 +12,14 @@ MEMORY_NOISE (the repeat check's threshold), so a smaller memory change is withi
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from autotune.scoring.score import speed_bounds
-from autotune.train.values import is_true
 from autotune.train.dimensions import family, value_in
+from autotune.train.values import is_true
 
 MEMORY_NOISE = 0.02  # runs of one configuration whose peaks differ by more are flagged (repeats)
 
@@ -36,7 +36,7 @@ EFFECTS = [
 ]
 
 
-def _match(trials: pd.DataFrame, changes: Dict[str, Any]) -> pd.Series:
+def _match(trials: pd.DataFrame, changes: dict[str, Any]) -> pd.Series:
     """The trials of the plain strategy with ``changes``: every family dimension at its default
     but those (a value a trial does not record counting as the default)."""
     out = pd.Series(True, index=trials.index)
@@ -49,14 +49,14 @@ def _match(trials: pd.DataFrame, changes: Dict[str, Any]) -> pd.Series:
     return out
 
 
-def reference_micro_batch(trials: pd.DataFrame, global_batch: int) -> Optional[int]:
+def reference_micro_batch(trials: pd.DataFrame, global_batch: int) -> int | None:
     plain = trials[_match(trials, {}) & (trials["status"] == "ok")]
     if (plain["micro_batch"] == global_batch).any():
         return global_batch
     return int(plain["micro_batch"].max()) if len(plain) else None
 
 
-def _row(trials: pd.DataFrame, changes: Dict[str, Any], mb: int):
+def _row(trials: pd.DataFrame, changes: dict[str, Any], mb: int):
     m = trials[_match(trials, changes) & (trials["micro_batch"] == mb)]
     return m.iloc[0] if len(m) else None
 

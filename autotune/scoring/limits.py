@@ -14,8 +14,6 @@
 """
 from __future__ import annotations
 
-from typing import Optional
-
 import numpy as np
 import pandas as pd
 
@@ -27,14 +25,14 @@ PEAK_16BIT = (
 )
 
 
-def peak_flops(device_name: str) -> Optional[float]:
+def peak_flops(device_name: str) -> float | None:
     for fragment, flops in PEAK_16BIT:
         if fragment in (device_name or ""):
             return flops
     return None
 
 
-def memory_floor(table: pd.DataFrame) -> Optional[float]:
+def memory_floor(table: pd.DataFrame) -> float | None:
     """The smallest model state plus the smallest activation footprint measured, in GiB."""
     if table.empty or "static_gib" not in table:
         return None
@@ -47,7 +45,7 @@ def memory_floor(table: pd.DataFrame) -> Optional[float]:
     return float(static[good].min() + (peak[good] - static[good]).clip(lower=0).min())
 
 
-def flops_per_sample(table: pd.DataFrame) -> Optional[float]:
+def flops_per_sample(table: pd.DataFrame) -> float | None:
     """The model's training FLOPs per sample: the same for every configuration (it counts the
     model's work, not its recomputation), so the median over the trials that counted it."""
     if "flops_per_sample" not in table:
@@ -57,7 +55,7 @@ def flops_per_sample(table: pd.DataFrame) -> Optional[float]:
     return float(values.median()) if len(values) else None
 
 
-def limits_line(table: pd.DataFrame, best_row, device_name: str) -> Optional[str]:
+def limits_line(table: pd.DataFrame, best_row, device_name: str) -> str | None:
     """'best uses 22.19 GiB, 3.1x the floor (7.2 GiB ...); 291 TFLOP/s, 29 % of ...', or None."""
     if best_row is None:
         return None

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import math
-from typing import List, Optional
 
 import pandas as pd
 
@@ -21,7 +20,7 @@ from autotune.train.dimensions import MODEL_STATE, in_group
 from autotune.train.optimizer import MODEL_STATE_DEFAULTS, state_value
 
 
-def losses_of(value) -> List[float]:
+def losses_of(value) -> list[float]:
     if isinstance(value, str):
         try:
             value = json.loads(value)
@@ -30,13 +29,13 @@ def losses_of(value) -> List[float]:
     return [float(x) for x in value] if isinstance(value, (list, tuple)) else []
 
 
-def relative_gap(losses: List[float], reference: List[float]) -> Optional[float]:
+def relative_gap(losses: list[float], reference: list[float]) -> float | None:
     """The largest |loss - reference| over the steps both measured, as a fraction of the
     reference's first loss. Not of each step's own reference loss: a trial trains on one
     batch, so the losses fall towards zero, and a gap relative to a vanishing loss measures
     nothing (4-bit AdamW on a 1.1B Llama, H100: 0.041 against 0.022 at step 10, "87 %", on
     curves that were 0.7 % apart of the start at any step)."""
-    pairs = [(a, b) for a, b in zip(losses, reference) if math.isfinite(a) and math.isfinite(b)]
+    pairs = [(a, b) for a, b in zip(losses, reference, strict=False) if math.isfinite(a) and math.isfinite(b)]
     if not pairs or not reference or not math.isfinite(reference[0]) or reference[0] == 0:
         return None
     return max(abs(a - b) for a, b in pairs) / abs(reference[0])
@@ -65,7 +64,7 @@ def loss_parity(df: pd.DataFrame) -> pd.Series:
     if not any(r.get("status") == "ok" and changes_optimizer_numbers(r) for r in rows.values()):
         return out
     plain = {}
-    for i, r in rows.items():
+    for r in rows.values():
         if r.get("status") == "ok" and is_plain(r) and losses_of(r.get("losses")):
             plain.setdefault((r["precision"], int(r["micro_batch"])), losses_of(r["losses"]))
     for i, r in rows.items():

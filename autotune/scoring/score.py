@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Optional
 
 import numpy as np
 import pandas as pd
 
-from autotune.scoring.parity import loss_parity
 from autotune.scoring.pareto import pareto_mask
+from autotune.scoring.parity import loss_parity
 from autotune.train.dimensions import family, value_in
 from autotune.train.optimizer import MODEL_STATE_DEFAULTS, state_value
 
@@ -31,7 +30,7 @@ NOISY_SPREAD = 0.10  # IQR/median above this flags a timing as noisy (torch.util
 @dataclass(frozen=True)
 class Baseline:
     peak_memory_gib: float
-    samples_per_s: Optional[float]
+    samples_per_s: float | None
     measured: bool  # True: the baseline configuration itself ran ok
     note: str  # how the figures were obtained, for the report
 
@@ -63,7 +62,7 @@ def _value(name: str, value):
         return None  # not a value of the dimension: not the default either
 
 
-def baseline_number(trials: pd.DataFrame, global_batch: int) -> Optional[int]:
+def baseline_number(trials: pd.DataFrame, global_batch: int) -> int | None:
     """The trial number of the baseline configuration, when it ran ok."""
     row = trials[is_baseline_strategy(trials) & (trials["micro_batch"] == global_batch) & (trials["status"] == "ok")]
     return int(row.iloc[0]["number"]) if len(row) else None
@@ -94,7 +93,7 @@ def with_model_state(trials: pd.DataFrame) -> pd.DataFrame:
     """A copy with the model-state columns filled in with their defaults where a trial (of an
     activation-only space, or before escalation) has none."""
     df = trials.copy()
-    for col, default in MODEL_STATE_DEFAULTS.items():
+    for col, _default in MODEL_STATE_DEFAULTS.items():
         if col in df.columns:
             df[col] = [state_value(col, v) for v in df[col]]
     return df
@@ -146,7 +145,7 @@ def objective_value(objective: str, peak_memory_gib: float, samples_per_s: float
 
 
 def speed_at_objective(objective: str, peak_memory_gib: float, value: float, baseline: Baseline,
-                       roi: dict) -> Optional[float]:
+                       roi: dict) -> float | None:
     """The samples/s at which a configuration of ``peak_memory_gib`` reaches objective ``value``
     (``objective_value``'s inverse in speed; memory is fixed): inf where no finite speed
     reaches it, None where its objective does not depend on speed."""
@@ -176,7 +175,11 @@ def speed_bounds(samples_per_s, spread):
 
 
 def _spread(df: pd.DataFrame) -> pd.Series:
-    return pd.to_numeric(df.get("time_spread", pd.Series(0.0, index=df.index)), errors="coerce").fillna(0.0).clip(lower=0.0)
+    return (
+        pd.to_numeric(df.get("time_spread", pd.Series(0.0, index=df.index)), errors="coerce")
+        .fillna(0.0)
+        .clip(lower=0.0)
+    )
 
 
 def _contended(df: pd.DataFrame) -> pd.Series:
@@ -203,7 +206,7 @@ def within_noise(scored: pd.DataFrame, objective: str) -> pd.Series:
     return tied
 
 
-def choose_best(scored: pd.DataFrame, objective: str) -> Optional[int]:
+def choose_best(scored: pd.DataFrame, objective: str) -> int | None:
     """Index of the best fitting trial, or None.
 
     A difference smaller than the measured spread decides nothing: among the trials tied

@@ -10,8 +10,8 @@ checks what it reads as strictly as the command line is checked).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from typing import Dict, Iterable, Optional, Tuple
 
 ROI_KEYS = ("memory_price_per_gib_hour", "compute_price_per_hour", "workload_samples")
 
@@ -28,8 +28,8 @@ def _finite(value, minimum: float, strict: bool) -> bool:
 @dataclass(frozen=True)
 class Scoring:
     global_batch: int
-    budgets: Tuple[float, ...]  # GiB; the first is the primary one (best.yaml is for it)
-    roi: Dict[str, float] = field(hash=False)  # ROI_KEYS: the prices and the job's samples
+    budgets: tuple[float, ...]  # GiB; the first is the primary one (best.yaml is for it)
+    roi: dict[str, float] = field(hash=False)  # ROI_KEYS: the prices and the job's samples
     objective: str = "roi"  # roi | throughput
 
     def __post_init__(self):
@@ -39,7 +39,7 @@ class Scoring:
     def primary_budget(self) -> float:
         return self.budgets[0]
 
-    def but(self, budgets: Optional[Iterable[float]] = None, objective: Optional[str] = None) -> "Scoring":
+    def but(self, budgets: Iterable[float] | None = None, objective: str | None = None) -> Scoring:
         """The same settings judged under other budgets or another objective (``show --budget``)."""
         return replace(self, budgets=tuple(budgets) if budgets else self.budgets, objective=objective or self.objective)
 
@@ -48,7 +48,7 @@ class Scoring:
                 "objective": self.objective}
 
     @classmethod
-    def from_dict(cls, settings) -> "Scoring":
+    def from_dict(cls, settings) -> Scoring:
         """Settings as ``to_dict`` wrote them; anything else raises ``ScoringError`` naming it."""
         from autotune.scoring.score import OBJECTIVES
 

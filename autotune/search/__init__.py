@@ -14,13 +14,14 @@ always run first, whatever the strategy.
 """
 from __future__ import annotations
 
-from typing import Callable, List, Optional, Protocol, runtime_checkable
+from collections.abc import Callable
+from typing import Protocol, runtime_checkable
 
 import optuna
 from optuna.trial import FrozenTrial
 
-from autotune.store.claims import claim, enqueue_missing, params_of, waiting
 from autotune.search.auto import AutoSearch, family_of
+from autotune.store.claims import claim, enqueue_missing, params_of, waiting
 from autotune.store.table import trials_table
 
 STRATEGIES = ("auto", "grid", "random", "tpe", "nsga2")
@@ -35,15 +36,15 @@ class Search(Protocol):
 
     def start(self, study: optuna.Study) -> int: ...
 
-    def next_trial(self, study: optuna.Study) -> Optional[optuna.Trial]: ...
+    def next_trial(self, study: optuna.Study) -> optuna.Trial | None: ...
 
 
 class QueueSearch:
     """Grid and auto: configurations go into the study's queue, then are claimed from it.
     With no configurations and no auto, it only runs what is queued (re-measurements)."""
 
-    def __init__(self, name: str, configs: List[dict], auto: Optional[AutoSearch] = None,
-                 only: Optional[Callable[[FrozenTrial], bool]] = None):
+    def __init__(self, name: str, configs: list[dict], auto: AutoSearch | None = None,
+                 only: Callable[[FrozenTrial], bool] | None = None):
         # only: which queued trials this search runs (re-measurement runs its repeats, not
         # configurations a stopped grid left in the queue)
         self.name, self.configs, self.auto, self.only = name, configs, auto, only
@@ -53,7 +54,7 @@ class QueueSearch:
         cannot run, so they are recorded skipped with the reason); returns how many were added."""
         return enqueue_missing(study, self.configs)
 
-    def next_trial(self, study: optuna.Study) -> Optional[optuna.Trial]:
+    def next_trial(self, study: optuna.Study) -> optuna.Trial | None:
         trial = claim(study, self.only)
         if trial is not None or self.auto is None:
             return trial
@@ -64,10 +65,12 @@ class QueueSearch:
         return claim(study)
 
 
-    def left(self, study: optuna.Study) -> Optional[int]:
+    def left(self, study: optuna.Study) -> int | None:
         """Configurations still to run: those queued and, for auto, those its bounds have not
         ruled out yet (an upper bound)."""
-        return len(waiting(study, self.only)) + (self.auto.left(trials_table(study), _pending(study)) if self.auto is not None else 0)
+        return len(waiting(study, self.only)) + (
+            self.auto.left(trials_table(study), _pending(study)) if self.auto is not None else 0
+        )
 
 
 def _pending(study: optuna.Study) -> set:
@@ -76,7 +79,7 @@ def _pending(study: optuna.Study) -> set:
     return {(family_of(p), int(p["micro_batch"])) for t in live if (p := params_of(t))}
 
 
-def make_search(name: str, configs: List[dict], runnable: List[dict], choices: dict, plan):
+def make_search(name: str, configs: list[dict], runnable: list[dict], choices: dict, plan):
     """The strategy ``name`` over the space's ``configs``; ``runnable``: those the device can
     run (the others are recorded skipped, never run)."""
     if name == "grid":

@@ -58,7 +58,6 @@ from __future__ import annotations
 
 import math
 from collections import namedtuple
-from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 import pandas as pd
@@ -100,13 +99,13 @@ def group_of(fam: Family) -> tuple:
     """Families that share a fixed memory part and are ordered by fact 3: the same values of
     every dimension that changes memory not growing with the micro-batch (precision, allocator
     and the model state: optimizer state, its place, weight precision, implementation)."""
-    return tuple(v for d, v in zip(family(), fam) if d.fixed_memory)
+    return tuple(v for d, v in zip(family(), fam, strict=False) if d.fixed_memory)
 
 
 def _ordered(a: Family, b: Family, rank_of: str) -> bool:
     """Is ``a`` at least ``b`` in every dimension's ``rank_of`` order (``heavier``, ``slower``:
     train/dimensions.py), and equal in those that have none?"""
-    for d, x, y in zip(family(), a, b):
+    for d, x, y in zip(family(), a, b, strict=False):
         rank = getattr(d, rank_of)
         if rank is None:
             if x != y:
@@ -151,7 +150,7 @@ class AutoSearch:
 
     name = "auto"
 
-    def __init__(self, configs: List[dict], scoring: Scoring, memory_cap_gib: Optional[float] = None,
+    def __init__(self, configs: list[dict], scoring: Scoring, memory_cap_gib: float | None = None,
                  front_resolution: float = 0.0):
         self.configs = configs
         self.front_resolution = front_resolution
@@ -167,7 +166,7 @@ class AutoSearch:
         self.family_order = order
 
     # -- what the measurements say -------------------------------------------------------
-    def _measured(self, table: pd.DataFrame) -> Dict[Tuple[tuple, int], dict]:
+    def _measured(self, table: pd.DataFrame) -> dict[tuple[tuple, int], dict]:
         out = {}
         for row in table.to_dict("records"):
             out[(family_of(row), int(row["micro_batch"]))] = row
@@ -178,8 +177,8 @@ class AutoSearch:
         v = row.get("device_peak_gib")
         return float(v) if v is not None and np.isfinite(v) else float(row["peak_memory_gib"])
 
-    def _lines(self, measured) -> Dict[tuple, Line]:
-        points: Dict[tuple, list] = {}
+    def _lines(self, measured) -> dict[tuple, Line]:
+        points: dict[tuple, list] = {}
         statics = []
         for (fam, m), row in measured.items():
             if row["status"] == "ok" and np.isfinite(self._fit_peak(row)):
@@ -218,7 +217,7 @@ class AutoSearch:
             return INF
         return m * max(links) * LINK_MARGIN / (2 * saved)
 
-    def _infeasible(self, fam: tuple, m: int, budget: float, measured, line: Optional[Line]) -> bool:
+    def _infeasible(self, fam: tuple, m: int, budget: float, measured, line: Line | None) -> bool:
         for (f, mm), row in measured.items():
             if mm > m or not trusted(row) or not no_lighter(fam, f):
                 continue  # only a clean process's measurement rules others out
@@ -228,7 +227,7 @@ class AutoSearch:
                 return True
         return line is not None and line.certain and line.peak(m) * (1 - MARGIN) > budget
 
-    def _lowest_peak(self, fam: tuple, m: int, measured, line: Optional[Line], lines) -> float:
+    def _lowest_peak(self, fam: tuple, m: int, measured, line: Line | None, lines) -> float:
         low = 0.0
         for (f, mm), row in measured.items():
             if mm <= m and row["status"] == "ok" and no_lighter(fam, f):  # facts 1 and 7
@@ -241,7 +240,7 @@ class AutoSearch:
                 low = max(low, min(shared))
         return low
 
-    def _predicted_largest(self, fam: tuple, budget: float, lines) -> Optional[int]:
+    def _predicted_largest(self, fam: tuple, budget: float, lines) -> int | None:
         """The largest micro-batch predicted to fit: from the family's own line, else from the
         nearest measured family that is no lighter (its slope is at least as steep, so the
         prediction errs small), else None (nothing known)."""
@@ -254,7 +253,7 @@ class AutoSearch:
         return line.largest_fitting(self.micro_batches, budget) or 0
 
     # -- the proposal ---------------------------------------------------------------------
-    def propose(self, table: pd.DataFrame, pending: set) -> Optional[dict]:
+    def propose(self, table: pd.DataFrame, pending: set) -> dict | None:
         """The next configuration to measure, or None when nothing left could win.
 
         ``pending``: configuration keys (family, micro_batch) queued or running elsewhere.
@@ -282,7 +281,7 @@ class AutoSearch:
             base = None
         baselines = {b: find_baseline(table, self.global_batch, b) if not table.empty else None for b in self.budgets}
         thresholds = {b: self._threshold(table, b) for b in self.budgets}
-        worth: Dict[Tuple[tuple, int], float] = {}
+        worth: dict[tuple[tuple, int], float] = {}
         for c in self.configs:
             key = (family_of(c), c["micro_batch"])
             if key in measured or key in pending:
@@ -300,7 +299,7 @@ class AutoSearch:
                 worth[key] = 0.0
         return base, worth, lines
 
-    def _could_join_front(self, key: Tuple[tuple, int], speed_ub: float, measured, lines) -> bool:
+    def _could_join_front(self, key: tuple[tuple, int], speed_ub: float, measured, lines) -> bool:
         """Could ``key`` add a Pareto-front point at ``front_resolution``? Not when a measured
         configuration within the largest budget uses at most (1 + resolution) x its lowest
         plausible peak and is at least as fast as its speed bound (within its own spread)."""
@@ -320,7 +319,7 @@ class AutoSearch:
                 return False
         return True
 
-    def _pick(self, worth: dict, lines) -> Tuple[tuple, int]:
+    def _pick(self, worth: dict, lines) -> tuple[tuple, int]:
         families = sorted({f for f, _ in worth}, key=lambda f: (saving_level(f), self.family_order.get(f, 0)))
         for fam in families:  # lightest family with something worth measuring
             ms = sorted(m for f, m in worth if f == fam)
@@ -334,13 +333,13 @@ class AutoSearch:
             return fam, ms[0]  # predicted not to fit but not ruled out: the smallest left verifies it
         raise AssertionError("worth is not empty")
 
-    def _config(self, key: Tuple[tuple, int]) -> dict:
+    def _config(self, key: tuple[tuple, int]) -> dict:
         for c in self.configs:
             if (family_of(c), c["micro_batch"]) == key:
                 return c
         raise KeyError(key)
 
-    def _baseline_config(self) -> Optional[dict]:
+    def _baseline_config(self) -> dict | None:
         for c in self.configs:
             if family_of(c) == PLAIN and c["micro_batch"] == self.global_batch:
                 return c

@@ -19,8 +19,8 @@ micro-batch out. Otherwise the intercept is the static memory the trial counted
 from __future__ import annotations
 
 import statistics
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
-from typing import Dict, Hashable, Iterable, List, Optional, Tuple
 
 
 @dataclass(frozen=True)
@@ -32,12 +32,12 @@ class Line:
     def peak(self, micro_batch: float) -> float:
         return self.intercept + self.slope * micro_batch
 
-    def largest_fitting(self, micro_batches: Iterable[int], budget_gib: float) -> Optional[int]:
+    def largest_fitting(self, micro_batches: Iterable[int], budget_gib: float) -> int | None:
         fitting = [m for m in micro_batches if self.peak(m) <= budget_gib]
         return max(fitting) if fitting else None
 
 
-def fit_line(points: List[Tuple[float, float]]) -> Optional[Line]:
+def fit_line(points: list[tuple[float, float]]) -> Line | None:
     """Least-squares line through (micro_batch, peak) points with two or more micro-batches."""
     xs = [x for x, _ in points]
     if len(set(xs)) < 2:
@@ -48,7 +48,9 @@ def fit_line(points: List[Tuple[float, float]]) -> Optional[Line]:
     return Line(my - slope * mx, max(slope, 0.0), True)
 
 
-def fit_families(points: Dict[Hashable, List[Tuple[float, float]]], group_of, static_gib: Optional[float]) -> Dict[Hashable, Line]:
+def fit_families(
+    points: dict[Hashable, list[tuple[float, float]]], group_of, static_gib: float | None
+) -> dict[Hashable, Line]:
     """A line for every family with at least one measured point.
 
     ``group_of(family)`` names the families that share a fixed part (same precision and
@@ -57,7 +59,7 @@ def fit_families(points: Dict[Hashable, List[Tuple[float, float]]], group_of, st
     any family's fitted intercept, else zero (uncertain, each overstating the slope).
     """
     lines = {f: line for f, pts in points.items() if (line := fit_line(pts)) is not None}
-    by_group: Dict[Hashable, List[float]] = {}
+    by_group: dict[Hashable, list[float]] = {}
     for f, line in lines.items():
         by_group.setdefault(group_of(f), []).append(line.intercept)
     anywhere = [i for group in by_group.values() for i in group]

@@ -9,15 +9,13 @@ on; once every configuration is held, the search ends.
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional
-
 import optuna
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 
+from autotune.search.space import canonical
 from autotune.store.claims import claim, cut_short, is_duplicate, own, params_of
 from autotune.store.optuna_access import trial_id
-from autotune.search.space import canonical
 
 SAMPLERS = {
     "random": lambda seed: optuna.samplers.RandomSampler(seed=seed),
@@ -28,7 +26,7 @@ SAMPLERS = {
 
 
 class SampledSearch:
-    def __init__(self, name: str, choices: Dict[str, list], configs: List[dict], seed: int):
+    def __init__(self, name: str, choices: dict[str, list], configs: list[dict], seed: int):
         self.name = name
         self.sampler = SAMPLERS[name](seed)
         # The same distributions the driver suggests from, so Optuna sees one space.
@@ -39,12 +37,16 @@ class SampledSearch:
         study.sampler = self.sampler
         return 0
 
-    def next_trial(self, study: optuna.Study) -> Optional[optuna.Trial]:
+    def next_trial(self, study: optuna.Study) -> optuna.Trial | None:
         queued = claim(study)  # retries and re-measurements first
         if queued is not None:
             return queued
         for _ in range(20 * len(self.keys)):
-            held = {tuple(sorted(canonical(params_of(t)).items())): t for t in study.get_trials(deepcopy=False) if _holds_config(t)}
+            held = {
+                tuple(sorted(canonical(params_of(t)).items())): t
+                for t in study.get_trials(deepcopy=False)
+                if _holds_config(t)
+            }
             if not self.keys - set(held):
                 return None  # every configuration is measured, queued or running
             trial = study.ask(self.distributions)

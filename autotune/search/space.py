@@ -12,9 +12,10 @@ values, bounds in order) and report every problem at once.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import Any
 
 import yaml
 
@@ -31,7 +32,7 @@ class SearchSpace:
     """The values of every searched dimension (``choices``; one left out: its default only)
     and the micro-batch's inclusive bounds."""
 
-    choices: Mapping[str, Tuple[Any, ...]] = field(default_factory=dict)
+    choices: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
     micro_batch_min: int = 1
     micro_batch_max: int = 1 << 30
 
@@ -42,7 +43,7 @@ class SearchSpace:
         full = {d.name: tuple(self.choices.get(d.name, (d.default,))) for d in searched() if d.group != BATCH}
         object.__setattr__(self, "choices", full)
 
-    def __getitem__(self, name: str) -> Tuple[Any, ...]:
+    def __getitem__(self, name: str) -> tuple[Any, ...]:
         return self.choices[name]
 
     def varies(self, group: str) -> bool:
@@ -54,19 +55,19 @@ class SearchSpace:
         """Only the default of every model-state dimension (what escalation extends)."""
         return not self.varies(MODEL_STATE)
 
-    def with_model_state(self, other: "SearchSpace") -> "SearchSpace":
+    def with_model_state(self, other: SearchSpace) -> SearchSpace:
         """This space with ``other``'s model-state dimensions."""
         return SearchSpace({**self.choices, **{d.name: other[d.name] for d in in_group(MODEL_STATE)}},
                            self.micro_batch_min, self.micro_batch_max)
 
-    def micro_batches(self, global_batch: int) -> List[int]:
+    def micro_batches(self, global_batch: int) -> list[int]:
         return [d for d in divisors(global_batch) if self.micro_batch_min <= d <= self.micro_batch_max]
 
-    def grid(self, global_batch: int) -> Dict[str, list]:
+    def grid(self, global_batch: int) -> dict[str, list]:
         """The Optuna grid: every dimension with its values. A group not always keyed (the
         model state) only where the space varies it: an activation-only space keeps the keys
         (and so the study names) of the spaces that had no model-state dimensions."""
-        out: Dict[str, list] = {}
+        out: dict[str, list] = {}
         for d in searched():
             if d.name == "micro_batch":
                 out[d.name] = self.micro_batches(global_batch)
@@ -91,13 +92,13 @@ def canonical(config: dict) -> dict:
     return out
 
 
-def divisors(n: int) -> List[int]:
+def divisors(n: int) -> list[int]:
     """The divisors of ``n`` in order, in O(sqrt(n)) (a global batch of 10^8 is answered at once)."""
     small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0] if n > 0 else []
     return sorted(set(small + [n // d for d in small]))
 
 
-def shipped_spaces() -> List[str]:
+def shipped_spaces() -> list[str]:
     return sorted(f.stem for f in SHIPPED_DIR.glob("*.yaml"))
 
 
@@ -115,7 +116,7 @@ class _StrictLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
-def load_space_file(path: str, problems: List[str]) -> Optional[dict]:
+def load_space_file(path: str, problems: list[str]) -> dict | None:
     """The dimensions in a space file of the user's own (absolute or relative to the working
     directory), or None with the problem appended."""
     file, key = Path(path), "search_space.path"
@@ -138,7 +139,7 @@ def load_space_file(path: str, problems: List[str]) -> Optional[dict]:
     return data
 
 
-def load_space(group: dict, problems: List[str], overridden: Iterable[str] = ()) -> Optional[SearchSpace]:
+def load_space(group: dict, problems: list[str], overridden: Iterable[str] = ()) -> SearchSpace | None:
     """Check the composed ``search_space`` group, or the file its ``path`` names; append every
     problem found to ``problems``. ``overridden``: the keys set on the command line; with a
     file, those of the group (``search_space.micro_batch.max=8``) apply over the file's, and are
@@ -163,7 +164,7 @@ def load_space(group: dict, problems: List[str], overridden: Iterable[str] = ())
     return check_space(data, source, problems)
 
 
-def check_space(data: dict, source: str, problems: List[str]) -> Optional[SearchSpace]:
+def check_space(data: dict, source: str, problems: list[str]) -> SearchSpace | None:
     """A SearchSpace from a mapping of dimensions, or None; every problem goes to ``problems``."""
     for unknown in sorted(set(data) - SPACE_KEYS):
         problems.append(f"{source}: unknown dimension '{unknown}'; known: {', '.join(sorted(SPACE_KEYS))}")
@@ -174,7 +175,7 @@ def check_space(data: dict, source: str, problems: List[str]) -> Optional[Search
     return SearchSpace(choices, *bounds)
 
 
-def _values(d: Dimension, data: dict, source: str, problems: List[str]) -> tuple:
+def _values(d: Dimension, data: dict, source: str, problems: list[str]) -> tuple:
     """A dimension's listed values in their one spelling (its default where the space leaves it
     out, except checkpointing and precision, which a space must list), or () with the problem."""
     vals = data.get(d.name) if d.required or d.name in data else [d.default]
@@ -195,7 +196,7 @@ def _values(d: Dimension, data: dict, source: str, problems: List[str]) -> tuple
     return tuple(dict.fromkeys(good))  # bad ones may be unhashable (lists)
 
 
-def _micro_batch_bounds(mb: Any, source: str, problems: List[str]) -> Optional[Tuple[int, int]]:
+def _micro_batch_bounds(mb: Any, source: str, problems: list[str]) -> tuple[int, int] | None:
     if not isinstance(mb, dict) or set(mb) - {"min", "max"}:
         problems.append(f"{source}: micro_batch must be a mapping {{min: N, max: M}} (inclusive bounds); got {mb!r}")
         return None
@@ -211,8 +212,8 @@ def _micro_batch_bounds(mb: Any, source: str, problems: List[str]) -> Optional[T
     return int(lo), int(hi)
 
 
-def skip_reason(strategy: Strategy, supported: tuple, unsupported: Dict[str, str],
-                device_kind: str = "cuda") -> Optional[str]:
+def skip_reason(strategy: Strategy, supported: tuple, unsupported: dict[str, str],
+                device_kind: str = "cuda") -> str | None:
     """Why the device cannot run ``strategy`` (so it is recorded as skipped), or None."""
     if strategy.precision not in supported:
         return unsupported.get(strategy.precision, f"{strategy.precision} is not supported on this device")

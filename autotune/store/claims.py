@@ -23,13 +23,13 @@ import os
 import socket
 import threading
 import time
-from typing import Callable, Iterable, List, Optional
+from collections.abc import Callable, Iterable
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.system.linux import process_start
 from autotune.store.optuna_access import fixed_params, storage_of, study_id, trial_handle, trial_id
+from autotune.system.linux import process_start
 
 ORPHANED = "the driver stopped while this trial ran"
 MAX_CUTS = 3  # a configuration a stopping driver cut short this often is given up (given_up)
@@ -59,7 +59,7 @@ def cut_short(t: FrozenTrial) -> bool:
                                            or t.user_attrs.get("phase") == "build")
 
 
-def enqueue_missing(study: optuna.Study, configs: Iterable[dict], user_attrs: Optional[dict] = None) -> int:
+def enqueue_missing(study: optuna.Study, configs: Iterable[dict], user_attrs: dict | None = None) -> int:
     """Enqueue the configurations no trial of the study holds yet; return how many."""
     seen = {config_key(t) for t in study.get_trials(deepcopy=False) if not is_duplicate(t)}
     added = 0
@@ -78,7 +78,7 @@ def owner() -> dict:
     return {"host": socket.gethostname(), "pid": pid, "start": process_start(pid)}
 
 
-def owner_alive(t: FrozenTrial, now: Optional[float] = None) -> bool:
+def owner_alive(t: FrozenTrial, now: float | None = None) -> bool:
     now = now or time.time()
     o = t.user_attrs.get("owner")
     if not o:
@@ -93,7 +93,7 @@ def owner_alive(t: FrozenTrial, now: Optional[float] = None) -> bool:
     return now - beat < STALE_S
 
 
-def claim(study: optuna.Study, only: Optional[Callable[[FrozenTrial], bool]] = None) -> Optional[optuna.Trial]:
+def claim(study: optuna.Study, only: Callable[[FrozenTrial], bool] | None = None) -> optuna.Trial | None:
     """Take one WAITING trial for this process (one that ``only`` accepts), or None when none is left."""
     storage = storage_of(study)
     for t in waiting(study, only):
@@ -107,7 +107,7 @@ def claim(study: optuna.Study, only: Optional[Callable[[FrozenTrial], bool]] = N
     return None
 
 
-def waiting(study: optuna.Study, only: Optional[Callable[[FrozenTrial], bool]] = None) -> list:
+def waiting(study: optuna.Study, only: Callable[[FrozenTrial], bool] | None = None) -> list:
     """The study's WAITING trials, oldest first (those ``only`` accepts)."""
     queued = storage_of(study).get_all_trials(study_id(study), deepcopy=False, states=(TrialState.WAITING,))
     return [t for t in queued if only is None or only(t)]
@@ -123,7 +123,7 @@ def own(study: optuna.Study, trial_id: int) -> None:
     storage_of(study).set_trial_user_attr(trial_id, "heartbeat", time.time())
 
 
-def duplicate_of(study: optuna.Study, trial: optuna.Trial) -> Optional[int]:
+def duplicate_of(study: optuna.Study, trial: optuna.Trial) -> int | None:
     """The number of an earlier live trial holding the same configuration, if any."""
     trials = study.get_trials(deepcopy=False)
     me = next(t for t in trials if trial_id(t) == trial_id(trial))
@@ -174,7 +174,7 @@ def _attempts(study: optuna.Study) -> tuple:
     return pending, attempts
 
 
-def given_up(study: optuna.Study) -> List[FrozenTrial]:
+def given_up(study: optuna.Study) -> list[FrozenTrial]:
     """The last attempt of each configuration that was cut short MAX_CUTS times and never
     measured: it is not retried again, and the run says so."""
     pending, attempts = _attempts(study)
@@ -183,7 +183,7 @@ def given_up(study: optuna.Study) -> List[FrozenTrial]:
             and sum(_driver_cut(t) for t in tried) >= MAX_CUTS]
 
 
-def recover(study: optuna.Study) -> List[dict]:
+def recover(study: optuna.Study) -> list[dict]:
     """Close trials whose owner is gone; enqueue each such configuration again.
 
     A configuration is retried when every attempt at it was cut short (left running by a

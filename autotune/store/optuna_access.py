@@ -96,7 +96,7 @@ def read_trials(study: optuna.Study) -> list:
     for kind in attrs:
         # one JSON document of every value: a quarter of a million json.loads calls cost 1.2 s
         decoded = json.loads("[" + ",".join(r[2] for r in rows[kind]) + "]")
-        for (tid, key, _), value in zip(rows[kind], decoded):
+        for (tid, key, _), value in zip(rows[kind], decoded, strict=False):
             attrs[kind].setdefault(tid, {})[key] = value
     steps: dict = {}
     for tid, step, value, kind in rows["intermediate"]:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import List, Optional, Tuple
 from urllib.parse import quote, quote_plus, unquote, unquote_plus
 
 MASK = "***"
@@ -39,7 +38,7 @@ def _parsed(url: str):
         return None
 
 
-def _spans(url: str) -> List[Tuple[int, int]]:
+def _spans(url: str) -> list[tuple[int, int]]:
     """Where ``url``'s secrets are written in it, as (start, end) offsets, checked against the
     parser's reading: the userinfo password ``make_url`` found, each password-like query value."""
     parsed = _parsed(url)
@@ -64,7 +63,7 @@ def _spans(url: str) -> List[Tuple[int, int]]:
     return spans
 
 
-def secrets_of(url: Optional[str]) -> List[str]:
+def secrets_of(url: str | None) -> list[str]:
     """Every form a secret of ``url`` may take in a text: as written, decoded, re-encoded."""
     if not url:
         return []
@@ -95,7 +94,7 @@ def _url_in(match: re.Match, change) -> str:
     return change(token)
 
 
-def redact(text, url: Optional[str] = None) -> str:
+def redact(text, url: str | None = None) -> str:
     """``text`` with every storage credential masked as ``***`` (see the module's docstring)."""
     text = str(text)
     source = url or (text if _URL.fullmatch(text) else None)
@@ -109,7 +108,7 @@ def redact(text, url: Optional[str] = None) -> str:
     return text
 
 
-def redact_files(folder: Path, url: Optional[str] = None) -> None:
+def redact_files(folder: Path, url: str | None = None) -> None:
     """Mask credentials in files already written, such as the ``.hydra/*.yaml`` Hydra writes
     with the command line before the run starts. Each file is read as YAML and every string in
     it masked, so that YAML's own quoting of a value cannot hide a secret from the search."""

@@ -16,7 +16,6 @@ import sqlite3
 import time
 from contextlib import closing
 from pathlib import Path
-from typing import Optional
 
 import optuna
 
@@ -34,7 +33,7 @@ def default_storage(cwd: Path) -> str:
     return f"sqlite:///{(cwd / 'outputs' / 'autotune.db').resolve()}"
 
 
-def sqlite_path(url: str) -> Optional[Path]:
+def sqlite_path(url: str) -> Path | None:
     """The file of a ``sqlite:///PATH`` URL, without its query (``?timeout=5``), which is not
     part of the name (a lock file named after the whole URL once carried its password)."""
     if not url.startswith("sqlite:///"):
@@ -63,7 +62,7 @@ def check_sqlite(path: Path) -> None:
                            "move it aside, or pass storage=sqlite:///OTHER.db")
 
 
-def journal_path(url: str) -> Optional[Path]:
+def journal_path(url: str) -> Path | None:
     return Path(url[len("journal:"):]).expanduser() if url.startswith("journal:") else None
 
 
@@ -230,7 +229,7 @@ OBJECTIVE_NAMES = ("samples_per_s", "peak_memory_gib")
 DIRECTIONS = ("maximize", "minimize")
 
 
-def open_study(name: str, url: str, sampler: Optional[optuna.samplers.BaseSampler] = None) -> optuna.Study:
+def open_study(name: str, url: str, sampler: optuna.samplers.BaseSampler | None = None) -> optuna.Study:
     storage = make_storage(url)
     try:
         study = optuna.create_study(study_name=name, storage=storage, sampler=sampler, directions=list(DIRECTIONS),
@@ -284,7 +283,7 @@ def check_setup(study: optuna.Study, setup: dict, url: str) -> None:
                        "name is derived from the setup), or rerun the command that made it")
 
 
-def _sqlite_file(study: optuna.Study) -> Optional[Path]:
+def _sqlite_file(study: optuna.Study) -> Path | None:
     storage = storage_of(study)
     url = getattr(getattr(storage, "_backend", storage), "url", None)  # RDBStorage, cached or not
     return sqlite_path(url) if isinstance(url, str) else None

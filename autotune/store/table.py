@@ -6,7 +6,6 @@ through this table, so they all see the same figures.
 from __future__ import annotations
 
 import statistics
-from typing import Optional
 
 import optuna
 import pandas as pd
@@ -22,7 +21,15 @@ CONFIGURATION_KEYS = tuple(d.name for d in DIMENSIONS.values() if d.required)  #
 # Columns every trials table starts with; the rest follow in the order first seen.
 # The dimensions always keyed (train/dimensions.py); a trial recorded before one existed ran its default.
 KEYED = [d for d in DIMENSIONS.values() if d.group in ALWAYS_KEYED]
-LEAD_COLUMNS = ["number", "status", *(d.name for d in KEYED), "peak_memory_gib", "samples_per_s", "time_spread", "cause"]
+LEAD_COLUMNS = [
+    "number",
+    "status",
+    *(d.name for d in KEYED),
+    "peak_memory_gib",
+    "samples_per_s",
+    "time_spread",
+    "cause",
+]
 
 
 def fill_defaults(df: pd.DataFrame) -> None:
@@ -38,7 +45,7 @@ def fill_defaults(df: pd.DataFrame) -> None:
             df[d.name] = d.default
 
 
-def trials_table(study: optuna.Study, trials: Optional[list] = None) -> pd.DataFrame:
+def trials_table(study: optuna.Study, trials: list | None = None) -> pd.DataFrame:
     """One row per finished trial: its configuration, status, cause and every measurement.
 
     Duplicates (never run) are left out. Repeats of a configuration are folded into its
@@ -122,7 +129,9 @@ def _fold_repeats(row: dict, extra: list) -> None:
     if failed and row["status"] == "ok":
         f = failed[0]
         row["status"] = f["status"]
-        row["cause"] = f"ok in trial {row['number']}, {f['status']} when repeated in trial {f['number']}: {f.get('cause')}"
+        row["cause"] = (
+            f"ok in trial {row['number']}, {f['status']} when repeated in trial {f['number']}: {f.get('cause')}"
+        )
         return
     runs = [row] + [r for r in extra if r["status"] == "ok"]
     if row["status"] != "ok" or len(runs) < 2:

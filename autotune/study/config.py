@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, make_dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
@@ -32,9 +32,9 @@ def opt(default=MISSING, help: str = "", factory=None):
 class CpuReduction:
     """What a CPU run shrinks so that the default run finishes in minutes on two cores."""
 
-    config: Dict[str, Any] = field(default_factory=dict)  # merged into ModelConfig.config
-    seq_len: Optional[int] = None
-    global_batch: Optional[int] = None
+    config: dict[str, Any] = field(default_factory=dict)  # merged into ModelConfig.config
+    seq_len: int | None = None
+    global_batch: int | None = None
 
 
 @dataclass
@@ -43,8 +43,8 @@ class ModelConfig:
     # A builder "package.module:function" called as builder(device=..., seq_len=..., **config);
     # it returns an autotune.Workload.
     _target_: str = MISSING
-    target: Optional[str] = opt(None, "model=custom: your builder, package.module:function, returning a Workload")
-    config: Dict[str, Any] = field(default_factory=dict)
+    target: str | None = opt(None, "model=custom: your builder, package.module:function, returning a Workload")
+    config: dict[str, Any] = field(default_factory=dict)
     cpu: CpuReduction = field(default_factory=CpuReduction)
 
 
@@ -58,7 +58,7 @@ def _space_field(d: Dimension) -> tuple:
     """A dimension's field in a search space: the list of its values (the micro-batch: bounds)."""
     if d.name == "micro_batch":
         return d.name, MicroBatchBounds, field(default_factory=MicroBatchBounds)
-    kind = List[Any] if d.parse is not None else List[d.type]  # type: ignore[name-defined]
+    kind = list[Any] if d.parse is not None else list[d.type]  # type: ignore[name-defined]
     # no "help": the README's table lists the keys of the run, a space's dimensions are in
     # docs/guide.md (their meanings: train/dimensions.py)
     return d.name, kind, field(default_factory=lambda: [d.default], metadata={"dimension": d.help})
@@ -69,14 +69,14 @@ def _space_field(d: Dimension) -> tuple:
 SearchSpaceConfig = make_dataclass("SearchSpaceConfig", [
     ("name", str, field(default=MISSING)),
     *(_space_field(d) for d in searched()),
-    ("path", Optional[str], opt(None, "a space file of your own (replaces the group's dimensions)"))])
+    ("path", str | None, opt(None, "a space file of your own (replaces the group's dimensions)"))])
 
 
 @dataclass
 class SearchConfig:
     method: str = "auto"  # auto | grid | random | tpe | nsga2, set by the group (search=grid)
-    n_trials: Optional[int] = opt(None, "the most trials the search runs (null: no limit)")
-    timeout: Optional[float] = opt(None, "seconds after which no new trial starts (null: no limit)")
+    n_trials: int | None = opt(None, "the most trials the search runs (null: no limit)")
+    timeout: float | None = opt(None, "seconds after which no new trial starts (null: no limit)")
     escalate: bool = opt(True, "nothing fits on the activation side: search full's model-state dimensions too")
     front_resolution: float = opt(0.1, "auto also measures what could add a Pareto point this far apart "
                                   "in memory (0: off)")
@@ -101,7 +101,7 @@ class TrialConfig:
     measure_steps: int = opt(10, "timed optimizer steps (median, and IQR/median as the spread)")
     # A fast configuration is timed over more steps, so the fixed cost of its process stays small.
     min_measure_s: float = opt(5.0, "...and at least this many seconds of them (at most 200 steps)")
-    timeout_s: Optional[float] = opt(None, "limit per trial process (null: 120 s + 60 s per step + min_measure_s)")
+    timeout_s: float | None = opt(None, "limit per trial process (null: 120 s + 60 s per step + min_measure_s)")
     repeats: int = opt(1, "fresh-process re-measurements of each close contender before naming the best")
     # auto: what a verdict needs (autotune/trial/fidelity.py); the best always has a full measurement.
     fidelity: str = opt("auto", "auto: probes, the contenders in full | full: every trial in full")
@@ -118,20 +118,20 @@ class TrialConfig:
 class TuneConfig:
     model: ModelConfig = MISSING
     # The optimizer group: _target_ (a torch.optim class or your own), _partial_, keyword arguments.
-    optimizer: Dict[str, Any] = field(default_factory=lambda: {"_target_": "torch.optim.AdamW", "_partial_": True})
+    optimizer: dict[str, Any] = field(default_factory=lambda: {"_target_": "torch.optim.AdamW", "_partial_": True})
     search_space: SearchSpaceConfig = MISSING
     search: SearchConfig = field(default_factory=SearchConfig)
     roi: RoiConfig = field(default_factory=RoiConfig)
     trial: TrialConfig = field(default_factory=TrialConfig)
     global_batch: int = opt(64, "samples per optimizer step, the same in every trial")
     seq_len: int = opt(512, "tokens per sample, for sequence models")
-    budget_gib: Optional[Any] = opt(None, "GiB, or a list [16,24,40]; trials run capped to the largest (null: "
+    budget_gib: Any | None = opt(None, "GiB, or a list [16,24,40]; trials run capped to the largest (null: "
                                           "the device's memory)")
     objective: str = opt("roi", "roi | throughput (the fastest that fits)")
     device: str = opt("auto", "auto (CUDA if present) | cpu | cuda | cuda:N")
     cpu_reduce: bool = opt(True, "on CPU, shrink the model as model.cpu says (printed and reported)")
-    study_name: Optional[str] = opt(None, "null: model-space-budget-digest; the same command resumes it")
-    storage: Optional[str] = opt(None, "Optuna storage URL or journal:PATH (null: outputs/autotune.db; "
+    study_name: str | None = opt(None, "null: model-space-budget-digest; the same command resumes it")
+    storage: str | None = opt(None, "Optuna storage URL or journal:PATH (null: outputs/autotune.db; "
                                        "or AUTOTUNE_STORAGE)")
     profile: bool = opt(False, "true: the best runs once more under torch.profiler (profile/)")
     dry_run: bool = opt(False, "true: print what would run (sizes, configurations, skips and why) and run nothing")
@@ -154,12 +154,12 @@ GROUPS = {
 OPEN_KEYS = ("model.config", "model.cpu.config", "optimizer")
 
 
-def schema_keys() -> List[str]:
+def schema_keys() -> list[str]:
     """Every key of the schema, dotted (``roi.memory_price_per_gib_hour``)."""
     import dataclasses
     import typing
 
-    keys: List[str] = []
+    keys: list[str] = []
 
     def walk(cls, prefix: str):
         hints = typing.get_type_hints(cls)
@@ -172,14 +172,14 @@ def schema_keys() -> List[str]:
     return keys
 
 
-def _readable(key: str, known: List[str]) -> bool:
+def _readable(key: str, known: list[str]) -> bool:
     """Is ``key`` one autotune reads: a config group, a schema key, Hydra's own, or a key
     under ``OPEN_KEYS``?"""
     return (key in GROUPS or key in known or key.startswith("hydra.")
             or any(key.startswith(prefix + ".") for prefix in OPEN_KEYS))
 
 
-def _nearest(key: str, known: List[str]) -> Optional[str]:
+def _nearest(key: str, known: list[str]) -> str | None:
     """The known key a mistyped one most likely meant: the closest spelling, else the one
     ending in the same name (``fidelity`` for ``trial.fidelity``)."""
     import difflib
@@ -191,7 +191,7 @@ def _nearest(key: str, known: List[str]) -> Optional[str]:
     return same_leaf[0] if len(same_leaf) == 1 else None
 
 
-def unknown_key_problems(overrides) -> List[str]:
+def unknown_key_problems(overrides) -> list[str]:
     """``key=value`` overrides of a key the schema does not have, each with the nearest known
     key, before Hydra composes (it would answer ``Key 'budget' not in 'TuneConfig'`` and
     advise ``+budget=4``, a key nothing reads). Flags (``--help``), ``+``/``~`` overrides
@@ -210,7 +210,7 @@ def unknown_key_problems(overrides) -> List[str]:
     return problems
 
 
-def added_key_problems(overrides) -> List[str]:
+def added_key_problems(overrides) -> list[str]:
     """``+key=value`` overrides that add a key autotune does not read (Hydra accepts them, and
     the run would go on without the value: ``+roi.memory_price=5`` for
     ``roi.memory_price_per_gib_hour``), each with the nearest known key. Allowed: a config
@@ -233,7 +233,7 @@ def added_key_problems(overrides) -> List[str]:
     return problems
 
 
-def _group_defaults() -> Dict[str, Optional[str]]:
+def _group_defaults() -> dict[str, str | None]:
     import yaml
 
     chosen = {}
@@ -243,7 +243,7 @@ def _group_defaults() -> Dict[str, Optional[str]]:
     return chosen
 
 
-def config_keys() -> List[tuple]:
+def config_keys() -> list[tuple]:
     """(key, default as text, meaning) for every key a user sets: the groups, then the schema's."""
     import dataclasses
     import typing

@@ -11,20 +11,18 @@ device (trial/contention.py), whose figure is the machine's load more than its o
 """
 from __future__ import annotations
 
-from typing import List
-
 import numpy as np
 import pandas as pd
 
-from autotune.study.plan import Plan
 from autotune.scoring.score import baseline_number, score, within_noise
+from autotune.study.plan import Plan
 
 MIN_CONTENDERS = 2  # the top two are always re-measured, so their order is checked
 MAX_CONTENDERS = 4  # at most this many, nearest to the top first
 MAX_CONTENDED = 8  # contended trials re-measured, best first: a machine busy throughout cannot be waited out
 
 
-def contended(table: pd.DataFrame, plan: Plan) -> List[int]:
+def contended(table: pd.DataFrame, plan: Plan) -> list[int]:
     """Trial numbers of ok trials measured only under contention, best figure first."""
     if table.empty or "contended" not in table:
         return []
@@ -32,21 +30,21 @@ def contended(table: pd.DataFrame, plan: Plan) -> List[int]:
     return [int(n) for n in busy.sort_values("samples_per_s", ascending=False)["number"]][:MAX_CONTENDED]
 
 
-def baseline(table: pd.DataFrame, plan: Plan) -> List[int]:
+def baseline(table: pd.DataFrame, plan: Plan) -> list[int]:
     """The ROI baseline's trial number, when the objective is ROI and the baseline ran ok."""
     number = baseline_number(table, plan.global_batch) if plan.objective == "roi" and not table.empty else None
     return [] if number is None else [number]
 
 
-def contenders(table: pd.DataFrame, plan: Plan) -> List[int]:
+def contenders(table: pd.DataFrame, plan: Plan) -> list[int]:
     """Trial numbers of the configurations to re-measure: for each budget, best first."""
-    picked: List[int] = []
+    picked: list[int] = []
     for budget in plan.budgets:
         picked += [n for n in _contenders(table, plan, budget) if n not in picked]
     return picked
 
 
-def _contenders(table: pd.DataFrame, plan: Plan, budget_gib: float) -> List[int]:
+def _contenders(table: pd.DataFrame, plan: Plan, budget_gib: float) -> list[int]:
     if table.empty:
         return []
     scored, _ = score(table, plan.global_batch, budget_gib, plan.roi)

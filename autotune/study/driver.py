@@ -18,31 +18,46 @@ import logging
 import math
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Optional
 
 import optuna
 
-from autotune.study.fidelity import (MAX_BEST_ROUNDS, best_without_window, final_round, final_rounds, full_round,
-                                     race_range, search_fidelity)
+from autotune.search import QueueSearch, make_search
+from autotune.search.space import canonical, skip_reason
+from autotune.store.claims import (
+    Heartbeat,
+    cut_short,
+    duplicate_of,
+    enqueue_missing,
+    is_duplicate,
+    is_repeat,
+    recover,
+    waiting,
+)
+from autotune.store.optuna_access import fixed_params, storage_of, trial_id
+from autotune.store.storage import check_setup, open_study
+from autotune.store.table import trials_table
+from autotune.study.fidelity import (
+    MAX_BEST_ROUNDS,
+    best_without_window,
+    final_round,
+    final_rounds,
+    full_round,
+    race_range,
+    search_fidelity,
+)
+from autotune.study.parity import run_references
 from autotune.study.plan import Plan
 from autotune.study.threads import OtherCpuUse, free_core_threads
+from autotune.train.dimensions import ALWAYS_KEYED, DIMENSIONS, MODEL_STATE, in_group
+from autotune.train.optimizer import combination_problem, unsupported
+from autotune.train.strategy import Strategy, allocator_env
+from autotune.trial.clean_start import trusted
 from autotune.trial.contract import ModelSpec, TrialSpec
 from autotune.trial.fidelity import probe_steps
 from autotune.trial.progress import Ticker
 from autotune.trial.runner import ForkServer, run_trial
-from autotune.search.space import canonical, skip_reason
-from autotune.train.optimizer import combination_problem, unsupported
-from autotune.trial.clean_start import trusted
-from autotune.store.claims import (Heartbeat, cut_short, duplicate_of, enqueue_missing, is_duplicate, is_repeat,
-                                   recover, waiting)
-from autotune.search import QueueSearch, make_search
-from autotune.study.parity import run_references
-from autotune.store.optuna_access import fixed_params, storage_of, trial_id
-from autotune.store.storage import check_setup, open_study
-from autotune.store.table import trials_table
-from autotune.train.dimensions import ALWAYS_KEYED, DIMENSIONS, MODEL_STATE, in_group
-from autotune.train.strategy import Strategy, allocator_env
 
 log = logging.getLogger("autotune")
 SEARCH_END_ATTR = "search_end"  # why the last run's search ended, for the report
@@ -56,24 +71,33 @@ def strategy_of(params: dict, global_batch: int) -> Strategy:
     return Strategy.of(params, global_batch)
 
 
-def trial_spec(plan: Plan, strategy: Strategy, fidelity: str = "full", race_speed: Optional[list] = None) -> dict:
+def trial_spec(plan: Plan, strategy: Strategy, fidelity: str = "full", race_speed: list | None = None) -> dict:
     """spec.json's content for one trial of this plan (``trial/contract.py``) at ``fidelity``
     (``trial/fidelity.py``)."""
-    return TrialSpec(fidelity=fidelity, race_speed=race_speed,model=ModelSpec(name=plan.model_name, target=plan.model_target, config=dict(plan.model_config)),
-                     seq_len=plan.seq_len, device=plan.device.torch_device, strategy=strategy.as_dict(),
-                     warmup_steps=plan.warmup_steps, measure_steps=plan.measure_steps,
-                     min_measure_s=plan.min_measure_s, lr=plan.lr, seed=plan.seed,
-                     memory_cap_gib=plan.memory_cap_gib,
-                     cpu_threads=plan.cpu_threads if isinstance(plan.cpu_threads, int) else None,
-                     offload_bound=True in plan.space["offload"],
-                     optimizer={"target": plan.optimizer.target, "kwargs": dict(plan.optimizer.kwargs)}).to_dict()
+    return TrialSpec(
+        fidelity=fidelity,
+        race_speed=race_speed,
+        model=ModelSpec(name=plan.model_name, target=plan.model_target, config=dict(plan.model_config)),
+        seq_len=plan.seq_len,
+        device=plan.device.torch_device,
+        strategy=strategy.as_dict(),
+        warmup_steps=plan.warmup_steps,
+        measure_steps=plan.measure_steps,
+        min_measure_s=plan.min_measure_s,
+        lr=plan.lr,
+        seed=plan.seed,
+        memory_cap_gib=plan.memory_cap_gib,
+        cpu_threads=plan.cpu_threads if isinstance(plan.cpu_threads, int) else None,
+        offload_bound=True in plan.space["offload"],
+        optimizer={"target": plan.optimizer.target, "kwargs": dict(plan.optimizer.kwargs)},
+    ).to_dict()
 
 
 def _fmt(v, spec: str) -> str:
     return format(v, spec) if isinstance(v, (int, float)) and math.isfinite(v) else "-"
 
 
-def progress_line(i: int, n: int, strategy: Strategy, result: dict, counter: Optional[str] = None) -> str:
+def progress_line(i: int, n: int, strategy: Strategy, result: dict, counter: str | None = None) -> str:
     """One trial's line: ``[  i/n]`` (``counter`` instead where given), the configuration, its
     status and figures, and the fidelity of a measurement that was not a full one."""
     status = result["status"]
@@ -130,9 +154,9 @@ class Stopping:
     """The search's own limits: ``n_trials`` trials run in the study, ``timeout`` seconds of
     this driver's wall time. Either reached: no new trial starts (the running one ends)."""
 
-    def __init__(self, n_trials: Optional[int], timeout_s: Optional[float]):
+    def __init__(self, n_trials: int | None, timeout_s: float | None):
         self.n_trials, self.timeout_s, self.start = n_trials, timeout_s, time.monotonic()
-        self.reason: Optional[str] = None
+        self.reason: str | None = None
 
     def reached(self, study: optuna.Study) -> bool:
         if self.n_trials is not None and trials_run(study) >= self.n_trials:
@@ -142,7 +166,7 @@ class Stopping:
         return self.reason is not None
 
 
-def trials_run(study: optuna.Study, configs: Optional[list] = None) -> int:
+def trials_run(study: optuna.Study, configs: list | None = None) -> int:
     """Trials a process ran for the search: not skipped or pruned, not duplicates, not repeats;
     only those of ``configs`` where given (a resumed escalated study holds the wider space's too)."""
     return sum(1 for t in study.get_trials(deepcopy=False)
@@ -151,8 +175,8 @@ def trials_run(study: optuna.Study, configs: Optional[list] = None) -> int:
                and (configs is None or t.params in configs))
 
 
-def measure_queue(study: optuna.Study, plan: Plan, run_dir: Path, search=None, stopping: Optional[Stopping] = None,
-                  on_trial: Callable[[str], None] = log.info, runner=run_trial, of: Optional[int] = None) -> None:
+def measure_queue(study: optuna.Study, plan: Plan, run_dir: Path, search=None, stopping: Stopping | None = None,
+                  on_trial: Callable[[str], None] = log.info, runner=run_trial, of: int | None = None) -> None:
     """Run the search's trials until it has nothing left (or a limit is reached) and no
     other driver still runs one.
 
@@ -258,16 +282,20 @@ def _record(study, trial: optuna.Trial, plan: Plan, run_dir: Path, result: dict,
     if result["status"] != "skipped":
         on_trial(line + (eta() if result["status"] != "pruned" else ""))
     elif not _skipped_before(study, trial.number, result["cause"]):  # one line per reason, not per configuration
-        on_trial(line + "  (the other configurations it applies to are skipped without a line; the summary counts them)")
+        on_trial(
+            line + "  (the other configurations it applies to are skipped without a line; the summary counts them)"
+        )
     if result.get("phase") == "isolation":
         raise IsolationError(f"{result['cause']} (trial {trial.number}); the study stopped here")
     if result.get("phase") == "build":
-        raise ModelBuildError(f"{result['cause']} (trial {trial.number}, log: {run_dir / 'trials' / f'{trial.number:03d}' / 'log.txt'}). "
-                              "Every configuration builds the same model, so the study stopped here; fix the "
-                              "model and run the same command again to resume")
+        raise ModelBuildError(
+            f"{result['cause']} (trial {trial.number}, log: {run_dir / 'trials' / f'{trial.number:03d}' / 'log.txt'}). "
+            "Every configuration builds the same model, so the study stopped here; fix the "
+            "model and run the same command again to resume"
+        )
 
 
-def time_left(study: optuna.Study, search, stopping: Optional[Stopping], plan: Optional[Plan] = None) -> str:
+def time_left(study: optuna.Study, search, stopping: Stopping | None, plan: Plan | None = None) -> str:
     """``  | about 2.5 min left (at most 6 more probes at 3 s each, then about 2 full measurements
     at 9 s)``: the search's bound on what is left (``search.left``; the trial limit caps it)
     times the median wall time of its trials' fidelity, plus, while the search runs with
@@ -299,7 +327,7 @@ def time_left(study: optuna.Study, search, stopping: Optional[Stopping], plan: O
     return f"  | about {when} left ({'at most ' if bound else ''}{left} more {kind} at {each:.0f} s each{then})"
 
 
-def _full_wall(finished: list, plan: Plan) -> Optional[float]:
+def _full_wall(finished: list, plan: Plan) -> float | None:
     """A full measurement's wall time: the median of those run, else a probe's plus the
     window's extra steps (at the probe's step time) and its minimum seconds."""
     full = [float(t.user_attrs["wall_s"]) for t in finished if t.user_attrs.get("fidelity") in ("full", "raced")]
@@ -321,8 +349,12 @@ def oom_at_smaller_micro_batch(study: optuna.Study, params: dict):
     in a clean process (clean_start.py)."""
     same = {k: v for k, v in params.items() if k != "micro_batch"}
     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.FAIL,)):
-        if (t.user_attrs.get("status") == "oom" and trusted(t.user_attrs) and t.params.get("micro_batch", params["micro_batch"]) < params["micro_batch"]
-                and all(t.params.get(k) == v for k, v in same.items())):
+        if (
+            t.user_attrs.get("status") == "oom"
+            and trusted(t.user_attrs)
+            and t.params.get("micro_batch", params["micro_batch"]) < params["micro_batch"]
+            and all(t.params.get(k) == v for k, v in same.items())
+        ):
             return t
     return None
 
@@ -331,7 +363,7 @@ def grid_configs(plan: Plan, space=None) -> list:
     """Every configuration of the plan's space (or ``space``), less the model-state
     combinations that do not go together (``optimizer.combination_problem``)."""
     grid = (space or plan.space).grid(plan.global_batch)
-    configs = [dict(zip(grid, values)) for values in itertools.product(*grid.values())]
+    configs = [dict(zip(grid, values, strict=False)) for values in itertools.product(*grid.values())]
     return [canonical(c) for c in configs if not combination_problem(strategy_of(c, plan.global_batch))]
 
 
@@ -347,7 +379,7 @@ def device_skip(plan: Plan, config: dict):
 
 
 def run_study(plan: Plan, run_dir: Path, storage: str, on_trial: Callable[[str], None] = log.info,
-              runner=run_trial, forks: Optional[ForkServer] = None) -> optuna.Study:
+              runner=run_trial, forks: ForkServer | None = None) -> optuna.Study:
     """Measure what the search strategy picks until it ends or a limit is reached, then
     re-measure the close contenders in fresh processes.
 
@@ -418,7 +450,7 @@ def _size_cpu_threads(plan: Plan, others: OtherCpuUse, on_trial) -> Plan:
     return replace(plan, cpu_threads=threads)
 
 
-def escalation(study: optuna.Study, plan: Plan, on_trial) -> Optional[Plan]:
+def escalation(study: optuna.Study, plan: Plan, on_trial) -> Plan | None:
     """The plan widened to the model-state dimensions of ``search_space=full`` when
     ``plan.escalate`` holds and no measured configuration fits some budget; else None."""
     if not plan.escalate or plan.search not in ("auto", "grid"):
@@ -468,8 +500,8 @@ def _search_and_confirm(study, plan: Plan, run_dir: Path, search, on_trial, runn
     elif plan.search == "auto":
         front = (f" or add a Pareto-front point {plan.front_resolution:.0%} apart in memory (search.front_resolution)"
                  if plan.front_resolution > 0 else "")
-        end = (f"search 'auto' ended: {trials_run(study, configs)} of {n_configs} configurations run; by their bounds, none "
-               f"left could beat the best by more than its measured spread{front}")
+        end = (f"search 'auto' ended: {trials_run(study, configs)} of {n_configs} configurations run; by their "
+               f"bounds, none left could beat the best by more than its measured spread{front}")
     elif plan.search != "grid":
         end = f"search '{plan.search}' ended: {trials_run(study, configs)} of {n_configs} configurations run"
     if end:

@@ -14,13 +14,11 @@ the whole window, as before.
 """
 from __future__ import annotations
 
-from typing import List, Optional
-
 import numpy as np
 import pandas as pd
 
-from autotune.scoring.score import choose_best, contenders as tied_contenders, objective_column, score
-from autotune.scoring.score import speed_at_objective
+from autotune.scoring.score import choose_best, objective_column, score, speed_at_objective
+from autotune.scoring.score import contenders as tied_contenders
 from autotune.study.confirm import MAX_CONTENDERS, contenders
 from autotune.study.plan import Plan
 
@@ -39,7 +37,7 @@ def _by_number(table: pd.DataFrame, number: int):
     return None if rows.empty else rows.iloc[0]
 
 
-def race_range(table: pd.DataFrame, plan: Plan, number: int) -> Optional[List[float]]:
+def race_range(table: pd.DataFrame, plan: Plan, number: int) -> list[float] | None:
     """The samples/s range in which the verdict on trial ``number``'s configuration against the best fully measured
     configuration of the primary budget is still open, or None (nothing to race against)."""
     if table.empty:
@@ -63,7 +61,7 @@ def race_range(table: pd.DataFrame, plan: Plan, number: int) -> Optional[List[fl
     return sorted(float(s) for s in speeds)
 
 
-def full_round(table: pd.DataFrame, plan: Plan) -> List[tuple]:
+def full_round(table: pd.DataFrame, plan: Plan) -> list[tuple]:
     """(trial number, race?) of the contenders to measure in full after the search: by the
     probes' figures, best first; the first runs the whole window, the others race."""
     numbers = [n for n in contenders(table, plan) if (row := _by_number(table, n)) is not None
@@ -71,7 +69,7 @@ def full_round(table: pd.DataFrame, plan: Plan) -> List[tuple]:
     return [(n, k > 0) for k, n in enumerate(numbers)]
 
 
-def best_without_window(table: pd.DataFrame, plan: Plan) -> List[int]:
+def best_without_window(table: pd.DataFrame, plan: Plan) -> list[int]:
     """Trial numbers of the configurations named best (any budget) whose row has no run of
     the whole window: each gets one before the verdict."""
     out = []
@@ -96,12 +94,12 @@ def final_rounds(table: pd.DataFrame, plan: Plan) -> int:
     return min(max(plan.repeats - 1, 1 if busy else 0), MAX_FINAL_ROUNDS)
 
 
-def final_round(table: pd.DataFrame, plan: Plan) -> List[int]:
+def final_round(table: pd.DataFrame, plan: Plan) -> list[int]:
     """Trial numbers of the configurations still tied with the best of some budget, to be
     measured once more in fresh processes, interleaved: where the tie rests on a contended
     figure (a steady load then weighs on both sides alike), or ``trial.repeats`` asks for
     more than the one full measurement."""
-    out: List[int] = []
+    out: list[int] = []
     for budget in plan.budgets:
         scored, _ = score(table, plan.global_batch, budget, plan.roi)
         tied = scored[tied_contenders(scored, plan.objective)]

@@ -7,9 +7,9 @@ Its losses, not its memory or speed, are kept: as the study attribute ``referenc
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable
 
 import optuna
 
@@ -38,7 +38,7 @@ def run_references(study: optuna.Study, plan, run_dir: Path, runner, on_trial: C
     uncapped = replace(plan, memory_cap_gib=None)
     on_trial(f"loss parity: {len(wanted)} reference run(s) of the plain optimizer (fp32 weights, no memory cap) "
              "for the front's configurations that change the optimizer's numbers")
-    for k, ((precision, micro_batch), rows) in enumerate(sorted(wanted.items()), start=1):
+    for k, ((_precision, _micro_batch), rows) in enumerate(sorted(wanted.items()), start=1):
         strategy = strategy_of(rows[0], plan.global_batch).replace(**defaults(MODEL_STATE))
         result = runner(trial_spec(uncapped, strategy), run_dir / "parity" / f"{k:03d}", plan.timeout_s, env={})
         losses = losses_of(result.get("losses"))

@@ -9,26 +9,27 @@ import json
 import math
 from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 from omegaconf import OmegaConf
 
-from autotune.study.config import TuneConfig
-from autotune.system.linux import usable_cores
-from autotune.train.device import DeviceInfo, resolve_device
 from autotune.scoring.score import OBJECTIVES
 from autotune.scoring.settings import Scoring
-from autotune.study.workers import visible_gpus, worker_count
 from autotune.search.space import SearchSpace, divisors, load_space
+from autotune.study.config import TuneConfig
+from autotune.study.workers import visible_gpus, worker_count
+from autotune.system.linux import usable_cores
+from autotune.train.device import DeviceInfo, resolve_device
 from autotune.train.optimizer import OptimizerSpec
-from autotune.train.target import resolve, split as split_target
+from autotune.train.target import resolve
+from autotune.train.target import split as split_target
 from autotune.train.values import MAX_ACCUMULATION, gib_problem, is_positive, lr_problem
 
 
 class ConfigError(ValueError):
     """One or more problems with the config, each naming the key, the value and the fix."""
 
-    def __init__(self, problems: List[str]):
+    def __init__(self, problems: list[str]):
         self.problems = problems
         super().__init__("invalid configuration:\n" + "\n".join(f"  - {p}" for p in problems))
 
@@ -37,19 +38,19 @@ class ConfigError(ValueError):
 class Plan:
     model_name: str
     model_target: str
-    model_config: Dict
+    model_config: dict
     seq_len: int
     global_batch: int
     device: DeviceInfo
     budget_gib: float  # the primary budget: the first listed (best.yaml is for it)
     budget_is_device_memory: bool
-    budgets: List[float]  # every budget a best config is reported for
-    memory_cap_gib: Optional[float]  # trials run capped to this (the largest budget); None: uncapped
+    budgets: list[float]  # every budget a best config is reported for
+    memory_cap_gib: float | None  # trials run capped to this (the largest budget); None: uncapped
     space: SearchSpace
     space_name: str
-    micro_batches: List[int]
+    micro_batches: list[int]
     objective: str
-    roi: Dict[str, float]
+    roi: dict[str, float]
     warmup_steps: int
     measure_steps: int
     timeout_s: float
@@ -57,24 +58,24 @@ class Plan:
     lr: float
     seed: int
     study_name: str
-    storage: Optional[str]
+    storage: str | None
     search: str = "auto"  # the search strategy (autotune.search)
     isolation: str = "fork"  # fork | fresh: how each trial gets its fresh process (runner)
     cpu_threads: Any = "auto"  # CPU trials: torch threads, or auto (study/threads.py sizes them at the start)
     min_measure_s: float = 0.0  # timed steps go on until they add up to this
     fidelity: str = "full"  # auto: search with probes, contenders in full (trial/fidelity.py) | full
-    n_trials: Optional[int] = None
-    search_timeout_s: Optional[float] = None
+    n_trials: int | None = None
+    search_timeout_s: float | None = None
     front_resolution: float = 0.0  # search=auto: the Pareto front settled to this fraction of memory
     optimizer: OptimizerSpec = field(default_factory=OptimizerSpec)  # the user's optimizer
     escalate: bool = False  # nothing fits on the activation side: search the model-state dimensions too
-    reductions: List[str] = field(default_factory=list)  # what a CPU run shrank, for the log and report
+    reductions: list[str] = field(default_factory=list)  # what a CPU run shrank, for the log and report
     profile: bool = False  # trace the best configuration once more under torch.profiler
     dry_run: bool = False  # print the plan, run nothing
     workers: int = 1  # drivers on this study (autotune/study/workers.py)
     # Everything that changes a measurement (the study's name derives from it, and the
     # study records it: storage.check_setup refuses a study that measured another setup).
-    setup: Dict = field(default_factory=dict)
+    setup: dict = field(default_factory=dict)
 
     @property
     def scoring(self) -> Scoring:
@@ -83,7 +84,7 @@ class Plan:
                        objective=self.objective)
 
     @property
-    def choices(self) -> Dict[str, list]:
+    def choices(self) -> dict[str, list]:
         """Each dimension with its values (micro-batches: the divisors the space allows)."""
         return self.space.grid(self.global_batch)
 
@@ -113,7 +114,7 @@ def _defined_in_source(target: str) -> bool:
     return False
 
 
-def _check_builder(target: str, problems: List[str], key: str = "model._target_") -> None:
+def _check_builder(target: str, problems: list[str], key: str = "model._target_") -> None:
     """``key``: the key the user typed (model=custom's ``model.target`` sets ``model._target_``)."""
     from autotune.trial.run import resolve_builder
 
@@ -132,12 +133,12 @@ def _check_builder(target: str, problems: List[str], key: str = "model._target_"
         problems.append(f"{key}={target}: is not callable; it must name a function returning a Workload")
 
 
-def _refused(target: str, kwargs: dict, error: Exception, problems: List[str]) -> None:
+def _refused(target: str, kwargs: dict, error: Exception, problems: list[str]) -> None:
     shown = " ".join(f"optimizer.{k}={v}" for k, v in kwargs.items()) or f"optimizer._target_={target}"
     problems.append(f"{shown}: {target} refused these arguments ({type(error).__name__}: {error}); fix or remove them")
 
 
-def _check_optimizer(group: dict, lr: float, problems: List[str]) -> Optional[OptimizerSpec]:
+def _check_optimizer(group: dict, lr: float, problems: list[str]) -> OptimizerSpec | None:
     """The optimizer group as a spec, after building it once on a one-element parameter so
     that a bad class or keyword fails here, with the optimizer's own words, not in every trial."""
     import torch
@@ -184,7 +185,7 @@ STARTUP_S = 120.0  # interpreter, imports, CUDA context and model build, with ro
 STEP_S = 60.0  # per optimizer step (warm-up, memory step and timed steps)
 
 
-def _check_workers(value, device) -> List[str]:
+def _check_workers(value, device) -> list[str]:
     if value == "auto":
         return []
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -206,7 +207,7 @@ FIDELITY_MODES = ("auto", "full")
 
 
 
-def _check_sequence(seq_len: int, micro_batch: int, model_config: dict, device) -> List[str]:
+def _check_sequence(seq_len: int, micro_batch: int, model_config: dict, device) -> list[str]:
     """A seq_len the model and the device could ever hold, before any trial finds out."""
     positions = model_config.get("max_position_embeddings")
     if isinstance(positions, int) and seq_len > positions:
@@ -229,7 +230,7 @@ def default_timeout(warmup_steps: int, measure_steps: int, min_measure_s: float 
     return STARTUP_S + STEP_S * (warmup_steps + 1 + measure_steps) + min_measure_s
 
 
-def default_study_name(model: str, space: str, budgets: List[float], measured: dict) -> str:
+def default_study_name(model: str, space: str, budgets: list[float], measured: dict) -> str:
     """model-space-budgets plus a digest of everything that changes a measurement, so that
     rerunning the same command resumes its study and a changed one starts its own."""
     digest = hashlib.sha1(json.dumps(measured, sort_keys=True, default=str).encode()).hexdigest()[:8]
@@ -238,7 +239,7 @@ def default_study_name(model: str, space: str, budgets: List[float], measured: d
 
 def make_plan(cfg: TuneConfig, overridden: frozenset = frozenset()) -> Plan:
     """Check ``cfg`` and resolve it; ``overridden`` holds the keys the user set explicitly."""
-    problems: List[str] = []
+    problems: list[str] = []
     device = None
     try:
         device = resolve_device(cfg.device)
@@ -247,7 +248,7 @@ def make_plan(cfg: TuneConfig, overridden: frozenset = frozenset()) -> Plan:
 
     model_config = dict(cfg.model.config)
     seq_len, global_batch = cfg.seq_len, cfg.global_batch
-    reductions: List[str] = []
+    reductions: list[str] = []
     if device is not None and device.kind == "cpu" and cfg.cpu_reduce:
         for key, value in cfg.model.cpu.config.items():
             if f"model.config.{key}" not in overridden and model_config.get(key) != value:
@@ -289,7 +290,9 @@ def make_plan(cfg: TuneConfig, overridden: frozenset = frozenset()) -> Plan:
         problems.append(f"search.front_resolution={sc.front_resolution:g}: must be a fraction in [0, 1) "
                         "(0 settles the objective only); e.g. search.front_resolution=0.1")
     if sc.timeout is not None and not is_positive(sc.timeout):
-        problems.append(f"search.timeout={sc.timeout:g}: must be > 0 seconds, or null for no limit; e.g. search.timeout=1800")
+        problems.append(
+            f"search.timeout={sc.timeout:g}: must be > 0 seconds, or null for no limit; e.g. search.timeout=1800"
+        )
     problems += _check_workers(cfg.workers, device)
     if t.isolation not in ISOLATIONS:
         problems.append(f"trial.isolation={t.isolation}: use fork (the default: each trial a child of a pre-imported "
@@ -316,7 +319,7 @@ def make_plan(cfg: TuneConfig, overridden: frozenset = frozenset()) -> Plan:
     if not 0 <= t.seed < 2 ** 32:
         problems.append(f"trial.seed={t.seed}: a seed must be in [0, 2^32 - 1]; e.g. trial.seed=0")
 
-    budgets: List[float] = []
+    budgets: list[float] = []
     raw = cfg.budget_gib
     is_list = isinstance(raw, (list, tuple))  # OmegaConf.to_object has made a ListConfig a list
     listed = list(raw) if is_list else [raw]
@@ -344,18 +347,22 @@ def make_plan(cfg: TuneConfig, overridden: frozenset = frozenset()) -> Plan:
     group = cfg.search_space
     space = load_space(asdict(group) if is_dataclass(group) else OmegaConf.to_container(group), problems, overridden)
     space_name = Path(cfg.search_space.path).stem if cfg.search_space.path else cfg.search_space.name
-    micro_batches: List[int] = []
+    micro_batches: list[int] = []
     if space is not None and global_batch >= 1:
         micro_batches = space.micro_batches(global_batch)
         if not micro_batches:
             problems.append(
                 f"search_space micro_batch bounds [{space.micro_batch_min}, {space.micro_batch_max}] leave no divisor "
-                f"of global_batch={global_batch}; use bounds that include one of {', '.join(map(str, divisors(global_batch)))}")
+                f"of global_batch={global_batch}; use bounds that include one of "
+                f"{', '.join(map(str, divisors(global_batch)))}"
+            )
     if micro_batches and global_batch // max(micro_batches) > MAX_ACCUMULATION:
-        problems.append(f"global_batch={global_batch}: even micro_batch={max(micro_batches)} needs "
-                        f"{global_batch // max(micro_batches)} accumulated micro-batches per optimizer step (at most "
-                        f"{MAX_ACCUMULATION}), so one trial would run for hours; lower global_batch or raise the search "
-                        "space's micro_batch.max")
+        problems.append(
+            f"global_batch={global_batch}: even micro_batch={max(micro_batches)} needs "
+            f"{global_batch // max(micro_batches)} accumulated micro-batches per optimizer step (at most "
+            f"{MAX_ACCUMULATION}), so one trial would run for hours; lower global_batch or raise the search "
+            "space's micro_batch.max"
+        )
     if device is not None and micro_batches and seq_len >= 1:
         problems += _check_sequence(seq_len, min(micro_batches), model_config, device)
     _check_builder(cfg.model._target_, problems,
@@ -368,10 +375,21 @@ def make_plan(cfg: TuneConfig, overridden: frozenset = frozenset()) -> Plan:
         raise ConfigError(problems)
     # format 2: studies with two objectives (samples/s, peak memory); format 3: every trial
     # in a fresh process (a format-2 study may hold warm-worker figures, which were wrong)
-    measured = {"format": 3, "target": cfg.model._target_, "config": model_config, "seq_len": seq_len, "memory_cap_gib": memory_cap,
-                "global_batch": global_batch, "device": device.name, "space": space.grid(global_batch),
-                "warmup": t.warmup_steps, "measure": t.measure_steps, "min_measure_s": t.min_measure_s, "lr": t.lr,
-                "seed": t.seed}
+    measured = {
+        "format": 3,
+        "target": cfg.model._target_,
+        "config": model_config,
+        "seq_len": seq_len,
+        "memory_cap_gib": memory_cap,
+        "global_batch": global_batch,
+        "device": device.name,
+        "space": space.grid(global_batch),
+        "warmup": t.warmup_steps,
+        "measure": t.measure_steps,
+        "min_measure_s": t.min_measure_s,
+        "lr": t.lr,
+        "seed": t.seed,
+    }
     if t.fidelity != "full":  # probes measure speed differently: their study is not a full one's
         measured["fidelity"] = t.fidelity
     if t.cpu_threads != "auto" and device.kind == "cpu":  # a fixed thread count measures other speeds
@@ -380,16 +398,44 @@ def make_plan(cfg: TuneConfig, overridden: frozenset = frozenset()) -> Plan:
         # only a non-default optimizer joins the digest, so studies of earlier runs keep their names
         measured["optimizer"] = {"target": optimizer.target, "kwargs": optimizer.kwargs}
     return Plan(
-        model_name=cfg.model.name, model_target=cfg.model._target_, model_config=model_config,
-        seq_len=seq_len, global_batch=global_batch, device=device, budget_gib=float(budget),
-        budget_is_device_memory=cfg.budget_gib is None, budgets=budgets, memory_cap_gib=memory_cap, space=space, space_name=space_name,
-        micro_batches=micro_batches, objective=cfg.objective, roi=roi, warmup_steps=t.warmup_steps,
-        measure_steps=t.measure_steps, repeats=t.repeats, lr=t.lr, seed=t.seed,
-        timeout_s=t.timeout_s if t.timeout_s is not None else default_timeout(t.warmup_steps, t.measure_steps,
-                                                                                t.min_measure_s),
+        model_name=cfg.model.name,
+        model_target=cfg.model._target_,
+        model_config=model_config,
+        seq_len=seq_len,
+        global_batch=global_batch,
+        device=device,
+        budget_gib=float(budget),
+        budget_is_device_memory=cfg.budget_gib is None,
+        budgets=budgets,
+        memory_cap_gib=memory_cap,
+        space=space,
+        space_name=space_name,
+        micro_batches=micro_batches,
+        objective=cfg.objective,
+        roi=roi,
+        warmup_steps=t.warmup_steps,
+        measure_steps=t.measure_steps,
+        repeats=t.repeats,
+        lr=t.lr,
+        seed=t.seed,
+        timeout_s=t.timeout_s
+        if t.timeout_s is not None
+        else default_timeout(t.warmup_steps, t.measure_steps, t.min_measure_s),
         study_name=cfg.study_name or default_study_name(cfg.model.name, space_name, budgets, measured),
-        storage=cfg.storage, reductions=reductions, search=sc.method, n_trials=sc.n_trials,
-        search_timeout_s=sc.timeout, front_resolution=sc.front_resolution, optimizer=optimizer,
+        storage=cfg.storage,
+        reductions=reductions,
+        search=sc.method,
+        n_trials=sc.n_trials,
+        search_timeout_s=sc.timeout,
+        front_resolution=sc.front_resolution,
+        optimizer=optimizer,
         escalate=sc.escalate and space.activation_only,
-        isolation=t.isolation, cpu_threads=t.cpu_threads, min_measure_s=t.min_measure_s, fidelity=t.fidelity, profile=cfg.profile, dry_run=cfg.dry_run, setup=measured,
-        workers=worker_count(cfg.workers, device))
+        isolation=t.isolation,
+        cpu_threads=t.cpu_threads,
+        min_measure_s=t.min_measure_s,
+        fidelity=t.fidelity,
+        profile=cfg.profile,
+        dry_run=cfg.dry_run,
+        setup=measured,
+        workers=worker_count(cfg.workers, device),
+    )

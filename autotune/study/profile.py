@@ -9,19 +9,18 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Optional
 
 import pandas as pd
 
 from autotune.study.driver import strategy_of, trial_spec
 from autotune.study.plan import Plan
-from autotune.trial.runner import run_trial
 from autotune.train.strategy import allocator_env
+from autotune.trial.runner import run_trial
 
 log = logging.getLogger("autotune")
 
 
-def profile_best(plan: Plan, best: pd.Series, run_dir: Path) -> Optional[Path]:
+def profile_best(plan: Plan, best: pd.Series, run_dir: Path) -> Path | None:
     """Trace ``best``'s measured steps; returns the trace's path, or None if the run failed."""
     strategy = strategy_of(best, plan.global_batch)
     out = run_dir / "profile"

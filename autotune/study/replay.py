@@ -24,7 +24,6 @@ import math
 import random
 import zlib
 from pathlib import Path
-from typing import Optional
 
 import pandas as pd
 
@@ -55,7 +54,7 @@ class Replay:
     started a fresh interpreter per trial (about 11 s on the H200) and timed 5 steps, which
     today's defaults (fork isolation, 2 + 10 steps and 5 s) do not."""
 
-    def __init__(self, table: pd.DataFrame, window: Optional[tuple] = None):
+    def __init__(self, table: pd.DataFrame, window: tuple | None = None):
         self.window = window
         t = table.copy()
         fill_defaults(t)
@@ -102,17 +101,17 @@ class Replay:
         return wall
 
     @classmethod
-    def from_csv(cls, path: Path) -> "Replay":
+    def from_csv(cls, path: Path) -> Replay:
         return cls(pd.read_csv(path))
 
-    def __call__(self, spec: dict, trial_dir: Path, timeout_s: float, env: Optional[dict] = None) -> dict:
+    def __call__(self, spec: dict, trial_dir: Path, timeout_s: float, env: dict | None = None) -> dict:
         s = spec["strategy"]
         row = self.rows.get(_key(s))
         if row is None:
             return {"status": "error", "cause": "not in the recorded table", "wall_s": 0.0}
         result = {k: row[k] for k in _KEEP if k in row and not (isinstance(row[k], float) and math.isnan(row[k]))}
         wall = float(row.get("wall_s") or 0.0)
-        cap: Optional[float] = spec.get("memory_cap_gib")
+        cap: float | None = spec.get("memory_cap_gib")
         peak = row.get("device_peak_gib", row.get("peak_memory_gib"))
         if row["status"] == "ok" and cap is not None and peak is not None and peak > cap:
             result = {"status": "oom", "cause": f"replayed: device peak {peak:.2f} GiB is above the {cap:g} GiB cap"}

@@ -12,7 +12,7 @@ busy, CPU trials run with the cores they leave free. A quiet machine keeps torch
 from __future__ import annotations
 
 import time
-from typing import Iterable, Optional
+from collections.abc import Iterable
 
 from autotune.system.linux import cpu_busy_seconds, pid_cpu_seconds, process_cpu_seconds, usable_cpus
 
@@ -34,7 +34,7 @@ class OtherCpuUse:
     def _own(self) -> float:
         return process_cpu_seconds() + sum(pid_cpu_seconds(p) or 0.0 for p in self.pids)
 
-    def cores(self) -> Optional[float]:
+    def cores(self) -> float | None:
         """Cores' worth of CPU time others took, or None where /proc/stat is unreadable."""
         time.sleep(max(0.0, MIN_WINDOW_S - (time.monotonic() - self.t0)))
         busy = cpu_busy_seconds(self.cpus)
@@ -44,7 +44,7 @@ class OtherCpuUse:
         return max(0.0, (busy - self.busy0 - (self._own() - self.own0)) / wall)
 
 
-def free_core_threads(others: Optional[float], cores: int) -> Optional[int]:
+def free_core_threads(others: float | None, cores: int) -> int | None:
     """Threads for CPU trials where others keep a core or more busy, else None (torch's default)."""
     if others is None or others < BUSY_CORES:
         return None

@@ -16,7 +16,6 @@ import os
 import signal
 import subprocess
 from pathlib import Path
-from typing import List, Optional
 
 from autotune.train.device import DeviceInfo
 
@@ -26,7 +25,7 @@ log = logging.getLogger("autotune")
 CPU_SHARE_ENV = "AUTOTUNE_CPU_SHARE"  # "k/n": this CPU worker runs on the k-th of n shares of the cores
 
 
-def take_cpu_share(workers: int, device: DeviceInfo) -> Optional[list]:
+def take_cpu_share(workers: int, device: DeviceInfo) -> list | None:
     """On CPU with several workers, pin this driver to its share of the cores (worker 0 the
     first, the others by CPU_SHARE_ENV); returns the cores, or None when nothing was pinned."""
     if device.kind != "cpu":
@@ -43,7 +42,7 @@ def take_cpu_share(workers: int, device: DeviceInfo) -> Optional[list]:
     return pin_to_share(k, n)
 
 
-def visible_gpus() -> List[str]:
+def visible_gpus() -> list[str]:
     """The GPUs this process may use, as CUDA_VISIBLE_DEVICES names them (no CUDA context made)."""
     env = os.environ.get("CUDA_VISIBLE_DEVICES")
     if env is not None:
@@ -53,7 +52,7 @@ def visible_gpus() -> List[str]:
     return [str(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
 
 
-def worker_count(value, device: Optional[DeviceInfo]) -> int:
+def worker_count(value, device: DeviceInfo | None) -> int:
     """``workers`` as a number: ``auto`` is one per visible GPU on CUDA, one on CPU."""
     if value == "auto":
         return max(1, len(visible_gpus())) if device is not None and device.kind == "cuda" else 1
@@ -66,8 +65,8 @@ def hydra_quoted(value: str) -> str:
     return "'" + value.replace("'", "\\'") + "'"  # a backslash escapes only a quote there
 
 
-def start_workers(n: int, overrides: List[str], run_dir: Path, study_name: str, storage: str,
-                  device: DeviceInfo) -> List[subprocess.Popen]:
+def start_workers(n: int, overrides: list[str], run_dir: Path, study_name: str, storage: str,
+                  device: DeviceInfo) -> list[subprocess.Popen]:
     """Start workers 1..n-1; worker 0 is the calling driver."""
     from autotune.trial.runner import _start
 
@@ -99,14 +98,14 @@ def start_workers(n: int, overrides: List[str], run_dir: Path, study_name: str, 
     return procs
 
 
-def wait_workers(procs: List[subprocess.Popen]) -> None:
+def wait_workers(procs: list[subprocess.Popen]) -> None:
     for k, proc in enumerate(procs, start=1):
         code = proc.wait()
         if code != 0:  # killed, or stopped by an error; a trial it left running was retried by another
             log.warning(f"worker {k} (pid {proc.pid}) ended with exit code {code}; see its worker.log")
 
 
-def stop_workers(procs: List[subprocess.Popen]) -> None:
+def stop_workers(procs: list[subprocess.Popen]) -> None:
     """Interrupt the other workers as Ctrl-C interrupts this one (they record what they ran)."""
     for proc in procs:
         if proc.poll() is None:

@@ -14,7 +14,6 @@ import os
 import resource
 import signal
 from contextlib import contextmanager
-from typing import Optional
 
 _M_MMAP_THRESHOLD = -3  # glibc mallopt parameter
 _PR_SET_PDEATHSIG = 1
@@ -28,7 +27,7 @@ def die_with_parent() -> None:
         pass
 
 
-def process_start(pid: int) -> Optional[str]:
+def process_start(pid: int) -> str | None:
     """A process's start time since boot (/proc/PID/stat), or None when it is gone. A zombie
     (dead, not yet reaped) counts as gone."""
     try:
@@ -39,7 +38,7 @@ def process_start(pid: int) -> Optional[str]:
         return None
 
 
-def cpu_model_name() -> Optional[str]:
+def cpu_model_name() -> str | None:
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
@@ -73,7 +72,7 @@ def pin_to_share(k: int, n: int) -> list:
     return share
 
 
-def cpu_busy_seconds(cpus) -> Optional[float]:
+def cpu_busy_seconds(cpus) -> float | None:
     """CPU time the cores ``cpus`` spent on anything but idle and I/O wait since boot
     (/proc/stat; steal counted as busy: another guest had the core), or None where unreadable."""
     tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -91,7 +90,7 @@ def cpu_busy_seconds(cpus) -> Optional[float]:
     return busy / tick
 
 
-def pid_cpu_seconds(pid: int) -> Optional[float]:
+def pid_cpu_seconds(pid: int) -> float | None:
     """User and system CPU time of process ``pid`` (/proc/PID/stat), or None where unreadable."""
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -108,7 +107,7 @@ def process_cpu_seconds() -> float:
     return t.user + t.system
 
 
-def load_average() -> Optional[float]:
+def load_average() -> float | None:
     try:
         return os.getloadavg()[0]
     except (OSError, AttributeError):
@@ -120,7 +119,7 @@ def rss_bytes() -> int:
         return int(f.read().split()[1]) * resource.getpagesize()
 
 
-def status_bytes(field: str) -> Optional[int]:
+def status_bytes(field: str) -> int | None:
     """A memory field of /proc/self/status (``VmHWM``, ``RssFile``, ...) in bytes, or None."""
     try:
         with open("/proc/self/status") as f:
@@ -152,7 +151,7 @@ class _Mallinfo2(ctypes.Structure):
                 "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split()]
 
 
-def heap_in_use_bytes() -> Optional[int]:
+def heap_in_use_bytes() -> int | None:
     """Bytes the program holds from malloc (glibc's mallinfo2: in-use heap chunks plus mapped
     blocks, all arenas), or None where the libc has no mallinfo2 (not glibc, or glibc < 2.33).
     Unlike RSS, it does not move when the allocator keeps or returns freed pages."""

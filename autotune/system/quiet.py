@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Pattern
+from re import Pattern
 
 # (logger, message pattern, why it is harmless to autotune)
 KNOWN_HARMLESS = (

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, List
 
 PARTIAL_PREFIX = ".partial-"
 
@@ -36,11 +36,11 @@ def write_text(path: Path, text: str) -> None:
 
 
 @contextmanager
-def signals_deferred(signals=(signal.SIGINT, signal.SIGTERM)) -> Iterator[List[int]]:
+def signals_deferred(signals=(signal.SIGINT, signal.SIGTERM)) -> Iterator[list[int]]:
     """Hold back ``signals`` inside the block; yields the list of those that arrived, and
     restores the previous handlers on the way out (the caller decides what a held-back stop
     means: here, a note and exit code 130 after the outputs are written)."""
-    arrived: List[int] = []
+    arrived: list[int] = []
     previous = {s: signal.signal(s, lambda signum, frame: arrived.append(signum)) for s in signals}
     try:
         yield arrived

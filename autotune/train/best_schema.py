@@ -14,7 +14,7 @@ a copied best.yaml fails when the app composes its config (examples/hydra_app/):
 from __future__ import annotations
 
 from dataclasses import dataclass, field, make_dataclass
-from typing import Any, Dict, Optional
+from typing import Any
 
 from autotune.train.dimensions import DIMENSIONS
 
@@ -30,46 +30,46 @@ TunedStrategy = make_dataclass("TunedStrategy", [
 @dataclass
 class TunedOptimizer:
     target: str = "torch.optim.AdamW"  # the optimizer the trials trained with (the optimizer group)
-    kwargs: Dict[str, Any] = field(default_factory=dict)  # its keyword arguments; lr: trial.lr unless set
-    lr: Optional[float] = None  # trial.lr
+    kwargs: dict[str, Any] = field(default_factory=dict)  # its keyword arguments; lr: trial.lr unless set
+    lr: float | None = None  # trial.lr
 
 
 @dataclass
 class TunedDevice:
     kind: str = "cuda"  # cuda | cpu: where the trials ran
-    name: Optional[str] = None
+    name: str | None = None
 
 
 @dataclass
 class TunedModel:
-    name: Optional[str] = None
-    target: Optional[str] = None  # the builder, package.module:function
-    config: Dict[str, Any] = field(default_factory=dict)
-    seq_len: Optional[int] = None
+    name: str | None = None
+    target: str | None = None  # the builder, package.module:function
+    config: dict[str, Any] = field(default_factory=dict)
+    seq_len: int | None = None
 
 
 @dataclass
 class Measured:
-    trial: Optional[int] = None  # the trial's number in the study
-    peak_memory_gib: Optional[float] = None  # peak reserved memory (CUDA) or peak RSS growth (CPU)
-    device_peak_gib: Optional[float] = None  # reserved plus the CUDA context
-    cuda_context_gib: Optional[float] = None
-    samples_per_s: Optional[float] = None
-    time_spread: Optional[float] = None
-    roi: Optional[float] = None
+    trial: int | None = None  # the trial's number in the study
+    peak_memory_gib: float | None = None  # peak reserved memory (CUDA) or peak RSS growth (CPU)
+    device_peak_gib: float | None = None  # reserved plus the CUDA context
+    cuda_context_gib: float | None = None
+    samples_per_s: float | None = None
+    time_spread: float | None = None
+    roi: float | None = None
     # full: measured over the whole window (a best always is); raced or probe: fewer steps
     # (autotune/trial/fidelity.py), for a best.yaml written where that could not happen
-    fidelity: Optional[str] = None
+    fidelity: str | None = None
 
 
 @dataclass
 class BestConfig:
     format: int = BEST_FORMAT
     strategy: TunedStrategy = field(default_factory=TunedStrategy)
-    global_batch: Optional[int] = None
-    objective: Optional[str] = None  # roi | throughput
-    budget_gib: Optional[float] = None  # the budget this configuration was chosen for
-    memory_cap_gib: Optional[float] = None  # the trials ran capped to this (None: uncapped)
+    global_batch: int | None = None
+    objective: str | None = None  # roi | throughput
+    budget_gib: float | None = None  # the budget this configuration was chosen for
+    memory_cap_gib: float | None = None  # the trials ran capped to this (None: uncapped)
     device: TunedDevice = field(default_factory=TunedDevice)
     model: TunedModel = field(default_factory=TunedModel)
     measured: Measured = field(default_factory=Measured)
@@ -77,9 +77,9 @@ class BestConfig:
     # What makes training compute other numbers than fp32 with the plain optimizer, and how far
     # the trial's losses were from the plain optimizer's over the same steps (see the report).
     numerics: str = ""
-    loss_parity: Optional[float] = None
-    baseline: Dict[str, Any] = field(default_factory=dict)
-    command: Optional[str] = None  # the command that reproduces the run
+    loss_parity: float | None = None
+    baseline: dict[str, Any] = field(default_factory=dict)
+    command: str | None = None  # the command that reproduces the run
 
 
 def register_tuned_schema() -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import asdict, dataclass
-from typing import Optional
 
 from autotune.system.linux import cpu_model_name
 
@@ -23,7 +22,7 @@ class DeviceInfo:
     memory_gib: float  # total device memory (physical RAM on CPU)
     precisions: tuple  # precisions this device runs natively
     unsupported: dict  # precision -> why it is not offered here
-    driver: Optional[str] = None
+    driver: str | None = None
 
     @property
     def torch_device(self) -> str:
@@ -46,7 +45,7 @@ def nvml_handle(index: int):
         return None
 
 
-def nvml_used_bytes(handle) -> Optional[int]:
+def nvml_used_bytes(handle) -> int | None:
     if handle is None:
         return None
     import pynvml
@@ -125,7 +124,9 @@ def resolve_device(spec: str) -> DeviceInfo:
                 raise ValueError(f"device={spec}: the index must be an integer; use device=cuda:0") from None
         count = torch.cuda.device_count()
         if not 0 <= index < count:
-            raise ValueError(f"device={spec}: only {count} CUDA device(s) visible; use device=cuda:0 .. cuda:{count - 1}")
+            raise ValueError(
+                f"device={spec}: only {count} CUDA device(s) visible; use device=cuda:0 .. cuda:{count - 1}"
+            )
         return _cuda_info(index)
     raise ValueError(f"device={spec}: unknown device; use one of auto, cpu, cuda, cuda:N")
 

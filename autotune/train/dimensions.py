@@ -27,8 +27,9 @@ from __future__ import annotations
 import importlib
 import math
 import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+from typing import Any
 
 # The groups: the batch split (not a family dimension), what activations cost, and the model
 # state (optimizer state, its place, weights, optimizer implementation), whose keys a trials
@@ -68,10 +69,10 @@ def _positive_int(value: Any) -> int:
 class Dimension:
     name: str
     default: Any
-    values: Tuple[Any, ...] = ()  # the allowed values, in the order spaces list them; (): open
+    values: tuple[Any, ...] = ()  # the allowed values, in the order spaces list them; (): open
     help: str = ""
     group: str = ACTIVATION  # BATCH | ACTIVATION | MODEL_STATE, or a group of one's own
-    parse: Optional[Callable[[Any], Any]] = None  # a value as given -> its one spelling (ValueError)
+    parse: Callable[[Any], Any] | None = None  # a value as given -> its one spelling (ValueError)
     searched: bool = True  # listed by a search space (accumulation follows from the micro-batch)
     required: bool = False  # a search space must list it (one left out otherwise: its default only)
     tag: str = ""  # its part of Strategy.label, "{}" the value; shown where not the default
@@ -79,17 +80,17 @@ class Dimension:
     # Memory and speed orders (search/auto.py, facts 3 and 7): a rank per value, larger
     # holding at least as much memory / being at most as fast at one micro-batch, the rest
     # equal. None: configurations with different values do not bound each other.
-    heavier: Optional[Callable[[Any], float]] = None
-    slower: Optional[Callable[[Any], float]] = None
+    heavier: Callable[[Any], float] | None = None
+    slower: Callable[[Any], float] | None = None
     fixed_memory: bool = True  # changes memory that does not grow with the micro-batch
     numerics: Mapping[Any, str] = field(default_factory=dict)  # values that change training's numbers -> label
     cuda_only: str = ""  # why a CPU run skips a value other than the default ("{value}": the value)
     # What a trainer's settings cannot express of a value other than the default, and the call
     # that applies it instead (train/exporters.py); None: the exporters map it themselves.
-    not_expressible: Optional[str] = "{name}={value} (tuned.apply(model) applies it)"
+    not_expressible: str | None = "{name}={value} (tuned.apply(model) applies it)"
     optimizer_side: bool = False  # applied by tuned.optimizer(...) rather than tuned.apply(model)
     # A dimension of one's own: sets its value up on the model, (model, value) -> None.
-    apply: Optional[Callable[[Any, Any], None]] = None
+    apply: Callable[[Any, Any], None] | None = None
 
     @property
     def type(self) -> type:
@@ -104,7 +105,7 @@ class Dimension:
             raise ValueError(f"{self.name}={value!r}: {why}")
         return self.parse(value) if self.parse is not None else value
 
-    def problem(self, value: Any) -> Optional[str]:
+    def problem(self, value: Any) -> str | None:
         """What is wrong with ``value`` and how to fix it, or None."""
         if self.parse is not None:
             try:
@@ -134,7 +135,7 @@ def _rank(*heaviest_first: Any) -> Callable[[Any], float]:
     return lambda v: float(len(heaviest_first) - heaviest_first.index(v))
 
 
-DIMENSIONS: Dict[str, Dimension] = {}
+DIMENSIONS: dict[str, Dimension] = {}
 
 
 def declare(dimension: Dimension) -> Dimension:
@@ -154,17 +155,38 @@ def declare(dimension: Dimension) -> Dimension:
 ALLOCATORS = {"default": None, "expandable": "expandable_segments:True"}
 AUTOCAST_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
 
-declare(Dimension(
-    "checkpointing", "none", parse=checkpoint_label, required=True, always_shown=True, tag="ckpt={}", fixed_memory=False,
-    help="activation checkpointing: none, full or a fraction of the blocks (from the input side)",
-    heavier=lambda v: -checkpoint_fraction(v), slower=checkpoint_fraction, not_expressible=None))
+declare(
+    Dimension(
+        "checkpointing",
+        "none",
+        parse=checkpoint_label,
+        required=True,
+        always_shown=True,
+        tag="ckpt={}",
+        fixed_memory=False,
+        help="activation checkpointing: none, full or a fraction of the blocks (from the input side)",
+        heavier=lambda v: -checkpoint_fraction(v),
+        slower=checkpoint_fraction,
+        not_expressible=None,
+    )
+)
 declare(Dimension(
     "precision", "fp32", ("fp32", "bf16", "fp16"), required=True, always_shown=True, tag="prec={}",
     help="autocast precision of the forward (fp32: none)",
     numerics={"bf16": "bf16 autocast", "fp16": "fp16 autocast"}, not_expressible=None))
-declare(Dimension(
-    "micro_batch", 1, parse=_positive_int, group=BATCH, required=True, always_shown=True, tag="mb={}", not_expressible=None,
-    help="samples per forward/backward (the space gives bounds; the tried values divide the global batch)"))
+declare(
+    Dimension(
+        "micro_batch",
+        1,
+        parse=_positive_int,
+        group=BATCH,
+        required=True,
+        always_shown=True,
+        tag="mb={}",
+        not_expressible=None,
+        help="samples per forward/backward (the space gives bounds; the tried values divide the global batch)",
+    )
+)
 declare(Dimension(
     "accumulation", 1, parse=_positive_int, group=BATCH, searched=False, always_shown=True, tag="acc={}",
     not_expressible=None, help="micro-steps per optimizer step: micro_batch x accumulation = the global batch"))
@@ -201,21 +223,21 @@ declare(Dimension(
     help="torch.optim's implementation switch", not_expressible=None, optimizer_side=True))
 
 
-def searched() -> List[Dimension]:
+def searched() -> list[Dimension]:
     """The dimensions a search space lists."""
     return [d for d in DIMENSIONS.values() if d.searched]
 
 
-def family() -> List[Dimension]:
+def family() -> list[Dimension]:
     """A configuration's family: every searched dimension but the micro-batch (search/auto.py)."""
     return [d for d in searched() if d.group != BATCH]
 
 
-def in_group(group: str) -> List[Dimension]:
+def in_group(group: str) -> list[Dimension]:
     return [d for d in DIMENSIONS.values() if d.group == group]
 
 
-def defaults(group: Optional[str] = None) -> Dict[str, Any]:
+def defaults(group: str | None = None) -> dict[str, Any]:
     return {d.name: d.default for d in DIMENSIONS.values() if group is None or d.group == group}
 
 
@@ -236,7 +258,7 @@ def value_in(row: Mapping[str, Any], name: str) -> Any:
     return d.check(value)
 
 
-def tags(values: Mapping[str, Any], style: str = "label") -> List[str]:
+def tags(values: Mapping[str, Any], style: str = "label") -> list[str]:
     """A configuration's words, one per dimension shown: ``label``: Strategy.label's tags
     (ckpt=none, offload); ``key``: key=value as the command line writes it."""
     out = []
@@ -261,7 +283,7 @@ def short_label(values: Mapping[str, Any]) -> str:
     return text
 
 
-def numerics_of(values: Mapping[str, Any]) -> List[str]:
+def numerics_of(values: Mapping[str, Any]) -> list[str]:
     """What in a configuration makes training compute other numbers than fp32 with the plain
     optimizer, each a label for trials.csv, best.yaml and the report."""
     return [d.numerics[values[d.name]] for d in DIMENSIONS.values() if values.get(d.name) in d.numerics]

@@ -12,7 +12,6 @@ runs as it is.
 from __future__ import annotations
 
 import warnings
-from typing import List
 
 from autotune.train.dimensions import DIMENSIONS, checkpoint_fraction, checkpoint_label
 
@@ -33,14 +32,14 @@ def _per_device(tuned, world_size: int) -> int:
     return tuned.global_batch // per_step
 
 
-def _warn(framework: str, missing: List[str]) -> None:
+def _warn(framework: str, missing: list[str]) -> None:
     if missing:
         warnings.warn(f"{framework} settings cannot express: {'; '.join(missing)}. Call tuned.apply(model) on the "
                       "model before handing it to the trainer: it sets these up on the model itself.",
                       NotExpressible, stacklevel=3)
 
 
-def _model_side(tuned, full_checkpointing_expressible: bool) -> List[str]:
+def _model_side(tuned, full_checkpointing_expressible: bool) -> list[str]:
     """The parts of the strategy that only ``tuned.apply(model)`` can set up."""
     missing = []
     fraction = checkpoint_fraction(tuned.checkpointing)
@@ -50,7 +49,7 @@ def _model_side(tuned, full_checkpointing_expressible: bool) -> List[str]:
     return missing + _not_expressible(tuned.strategy, optimizer_side=False)
 
 
-def _not_expressible(strategy, optimizer_side: bool) -> List[str]:
+def _not_expressible(strategy, optimizer_side: bool) -> list[str]:
     """The declared notes (train/dimensions.py) of the dimensions away from their defaults that
     no trainer setting expresses, applied by ``tuned.apply(model)`` or by ``tuned.optimizer``."""
     return [d.not_expressible.format(name=d.name, value=d.spell(getattr(strategy, d.name)))
@@ -63,7 +62,7 @@ HF_OPTIM = {("AdamW", "default", "default"): "adamw_torch", ("AdamW", "default",
             ("SGD", "default", "default"): "sgd"}  # torch.optim / torchao optimizers Hugging Face names
 
 
-def _optimizer_side(tuned) -> List[str]:
+def _optimizer_side(tuned) -> list[str]:
     """What of the tuned optimizer only ``tuned.optimizer(params)`` builds."""
     return _not_expressible(tuned.strategy, optimizer_side=True)
 
@@ -91,7 +90,8 @@ def hf_training_args(tuned, world_size: int = 1) -> dict:
     """``transformers.TrainingArguments`` keyword arguments for the tuned strategy.
 
     Full checkpointing maps onto ``gradient_checkpointing`` (``activation_checkpointing`` in
-    the transformers releases that renamed it; non-reentrant, as the trials ran it); a fraction of the blocks, offload and the allocator do not, and are warned
+    the transformers releases that renamed it; non-reentrant, as the trials ran it); a
+    fraction of the blocks, offload and the allocator do not, and are warned
     about. ``world_size``: data-parallel processes; accumulation is divided among them."""
     ckpt = _hf_checkpointing_key()
     args = {"per_device_train_batch_size": tuned.micro_batch,
@@ -125,7 +125,8 @@ LIGHTNING_PRECISION = {"fp32": "32-true", "bf16": "bf16-mixed", "fp16": "16-mixe
 def lightning_trainer_kwargs(tuned, world_size: int = 1) -> dict:
     """``lightning.Trainer`` keyword arguments for the tuned strategy: ``precision`` and
     ``accumulate_grad_batches``. ``configure_optimizers`` returns ``tuned.optimizer(self.parameters())``
-    (warned about when the tuned model state is not the plain optimizer's). The DataLoader's ``batch_size`` is ``tuned.micro_batch``.
+    (warned about when the tuned model state is not the plain optimizer's). The DataLoader's
+    ``batch_size`` is ``tuned.micro_batch``.
     Lightning has no checkpointing setting: any checkpointing, offload and the allocator
     are warned about (``tuned.apply(model)`` in ``LightningModule.configure_model``)."""
     kwargs = {"precision": LIGHTNING_PRECISION[tuned.precision],

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import List, Optional
 
 import torch
 
@@ -48,7 +47,7 @@ class CpuMemory:
         self.baseline_file = _rss_file_bytes()
         self.method = "lifetime peak RSS"
 
-    def start_window(self, tensor_bytes: Optional[int] = None) -> None:
+    def start_window(self, tensor_bytes: int | None = None) -> None:
         """``tensor_bytes``: the training tensors resident now (weights, optimizer state)."""
         self.untracked = 0
         if tensor_bytes is not None:
@@ -88,7 +87,7 @@ class CudaMemory:
         after = nvml_used_bytes(self.handle)
         self.context = None if after is None else after - self.nvml_before - torch.cuda.memory_reserved(index)
 
-    def limit(self, budget_gib: Optional[float]) -> dict:
+    def limit(self, budget_gib: float | None) -> dict:
         """Simulate a card of ``budget_gib``: cap this process's caching allocator at the
         budget less the CUDA context, so a trial that would not fit such a card runs out of
         memory here too. Not simulated: the other card's speed, and memory other processes
@@ -154,7 +153,7 @@ def memory_probe(device: str):
     return CpuMemory()
 
 
-def step_time_stats(step_times: List[float], global_batch: int) -> dict:
+def step_time_stats(step_times: list[float], global_batch: int) -> dict:
     """Median step time, its spread (IQR / median) and samples per second."""
     times = sorted(step_times)
     median = statistics.median(times)
@@ -172,7 +171,7 @@ def step_time_stats(step_times: List[float], global_batch: int) -> dict:
     }
 
 
-def memory_growth_gib(in_use_after_each_step: List[int]) -> Optional[float]:
+def memory_growth_gib(in_use_after_each_step: list[int]) -> float | None:
     """Memory held after the last measured step minus after the first: a leak signal."""
     if len(in_use_after_each_step) < 2:
         return None

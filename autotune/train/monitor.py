@@ -23,13 +23,13 @@ import contextlib
 import logging
 import statistics
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, List, Optional
 
 import torch
 
-from autotune.train.device import GIB, nvml_handle, nvml_used_bytes
 from autotune.system.linux import heap_in_use_bytes, peak_rss_bytes, reset_peak_rss, rss_bytes
+from autotune.train.device import GIB, nvml_handle, nvml_used_bytes
 
 log = logging.getLogger("autotune")
 
@@ -37,10 +37,10 @@ log = logging.getLogger("autotune")
 @dataclass
 class MemoryStats:
     device: str
-    peak_allocated_gib: Optional[float] = None  # CUDA: the allocator's peak inside the block
-    peak_reserved_gib: Optional[float] = None  # CUDA: the caching allocator's reserved peak
-    nvml_used_gib: Optional[float] = None  # CUDA: the device's used memory at the block's end (all processes)
-    peak_rss_gib: Optional[float] = None  # CPU: peak resident set size inside the block, above entry
+    peak_allocated_gib: float | None = None  # CUDA: the allocator's peak inside the block
+    peak_reserved_gib: float | None = None  # CUDA: the caching allocator's reserved peak
+    nvml_used_gib: float | None = None  # CUDA: the device's used memory at the block's end (all processes)
+    peak_rss_gib: float | None = None  # CPU: peak resident set size inside the block, above entry
 
     def __str__(self) -> str:
         parts = [f"{k.removesuffix('_gib').replace('_', ' ')} {v:.3f} GiB" for k, v in vars(self).items()
@@ -55,18 +55,18 @@ class track_memory(contextlib.ContextDecorator):
     the ``autotune`` logger at INFO. ``device``: a CUDA device (default: the current one
     when CUDA is initialised, else the CPU)."""
 
-    def __init__(self, name: str = "block", device=None, report: Optional[Callable] = None):
+    def __init__(self, name: str = "block", device=None, report: Callable | None = None):
         self.name = name
         self.device = torch.device(device) if device is not None else None
         self.report = report or (lambda name, stats: log.info(f"memory of {name}: {stats}"))
-        self.stats: Optional[MemoryStats] = None
+        self.stats: MemoryStats | None = None
 
     def _cuda(self) -> bool:
         if self.device is not None:
             return self.device.type == "cuda"
         return torch.cuda.is_available() and torch.cuda.is_initialized()
 
-    def __enter__(self) -> "track_memory":
+    def __enter__(self) -> track_memory:
         if self._cuda():
             torch.cuda.synchronize(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
@@ -108,7 +108,7 @@ class LeakCheck:
             raise ValueError(f"window={window}: must be >= 3 steps")
         self.window, self.min_growth = window, min_growth_mib * 2**20
         self.device = torch.device(device) if device is not None else None
-        self.readings: List[int] = []
+        self.readings: list[int] = []
         self.fired = False
 
     def _in_use(self) -> int:

@@ -30,8 +30,9 @@ group even on one GPU); torchao's offload is what is measured.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
+from typing import TYPE_CHECKING, Any
 
 from autotune.train.dimensions import DIMENSIONS, MODEL_STATE, defaults, missing, numerics_of
 from autotune.train.target import resolve
@@ -65,7 +66,7 @@ class OptimizerSpec:
     arguments (the learning rate comes from ``trial.lr`` unless ``kwargs`` sets one)."""
 
     target: str = "torch.optim.AdamW"
-    kwargs: Dict[str, Any] = field(default_factory=dict)
+    kwargs: dict[str, Any] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -85,7 +86,7 @@ def _accepts(cls, name: str) -> bool:
         return False
 
 
-def combination_problem(strategy) -> Optional[str]:
+def combination_problem(strategy) -> str | None:
     """Why these model-state values do not go together (whatever the optimizer), or None:
     such combinations are not enumerated, and a sampler's pick of one is recorded skipped."""
     state, weights, impl = strategy.optimizer_state, strategy.weights, strategy.optimizer_impl
@@ -102,7 +103,7 @@ def combination_problem(strategy) -> Optional[str]:
     return None
 
 
-def unsupported(strategy, spec: OptimizerSpec, custom_factory: bool = False) -> Optional[str]:
+def unsupported(strategy, spec: OptimizerSpec, custom_factory: bool = False) -> str | None:
     """Why ``strategy``'s model-state dimensions cannot apply to this optimizer, or None."""
     if strategy.model_state == tuple(MODEL_STATE_DEFAULTS.values()):
         return None
@@ -127,13 +128,13 @@ def unsupported(strategy, spec: OptimizerSpec, custom_factory: bool = False) -> 
     return None
 
 
-def changes_numerics(strategy) -> List[str]:
+def changes_numerics(strategy) -> list[str]:
     """What in ``strategy`` makes training compute other numbers than fp32 with the plain
     optimizer (each one a label for trials.csv, best.yaml and the report)."""
     return numerics_of(strategy.as_dict())
 
 
-def build(params, strategy, spec: OptimizerSpec, lr: float, custom: Optional[OptimizerFactory] = None):
+def build(params, strategy, spec: OptimizerSpec, lr: float, custom: OptimizerFactory | None = None):
     """The optimizer ``strategy`` trains with. ``custom``: the workload's own factory."""
     params = list(params)
     if custom is not None:
@@ -157,7 +158,7 @@ def needs_torchao(strategy) -> bool:
     return strategy.optimizer_offload or strategy.optimizer_state != "default" or strategy.weights == "bf16"
 
 
-def tensor_bytes(t: "torch.Tensor") -> int:
+def tensor_bytes(t: torch.Tensor) -> int:
     """Bytes a tensor holds: a wrapper subclass (torchao's quantised state) reports its
     logical dtype and shape, so its inner tensors are counted instead."""
     import torch
@@ -169,7 +170,7 @@ def tensor_bytes(t: "torch.Tensor") -> int:
     return t.numel() * t.element_size()
 
 
-def state_tensors(optimizer) -> List["torch.Tensor"]:
+def state_tensors(optimizer) -> list[torch.Tensor]:
     """The optimizer state's tensors on the device the model trains on: the host-side
     copies of an offloaded optimizer are not device memory."""
     import torch

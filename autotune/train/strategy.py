@@ -8,10 +8,20 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
-from autotune.train.dimensions import (ALLOCATORS, AUTOCAST_DTYPES, DIMENSIONS, MODEL_STATE, checkpoint_fraction,
-                                       checkpoint_label, in_group, tags, value_in)
+from autotune.train.dimensions import (
+    ALLOCATORS,
+    AUTOCAST_DTYPES,
+    DIMENSIONS,
+    MODEL_STATE,
+    checkpoint_fraction,
+    checkpoint_label,
+    in_group,
+    tags,
+    value_in,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -23,16 +33,16 @@ PRECISIONS = DIMENSIONS["precision"].values
 class Strategy:
     """One configuration: a value for every dimension of train/dimensions.py, each checked and
     in its one spelling (``Strategy(micro_batch=8, accumulation=4, precision="bf16")``, or
-    positionally in the declarations' order; the dimensions not given take their defaults). Immutable and hashable; its values read as
-    attributes (``strategy.precision``)."""
+    positionally in the declarations' order; the dimensions not given take their defaults).
+    Immutable and hashable; its values read as attributes (``strategy.precision``)."""
 
     __slots__ = ("_values",)
-    _values: Dict[str, Any]
+    _values: dict[str, Any]
 
     def __init__(self, *args: Any, **values: Any) -> None:
         if len(args) > len(DIMENSIONS):
             raise TypeError(f"Strategy takes at most {len(DIMENSIONS)} values in order ({', '.join(DIMENSIONS)})")
-        values = {**dict(zip(DIMENSIONS, args)), **values}
+        values = {**dict(zip(DIMENSIONS, args, strict=False)), **values}
         unknown = sorted(set(values) - set(DIMENSIONS))
         if unknown:
             raise TypeError(f"unknown strategy dimension(s) {', '.join(unknown)}; known: {', '.join(DIMENSIONS)}")
@@ -40,7 +50,7 @@ class Strategy:
                                              for name, d in DIMENSIONS.items()})
 
     @classmethod
-    def of(cls, row: Mapping[str, Any], global_batch: Optional[int] = None) -> "Strategy":
+    def of(cls, row: Mapping[str, Any], global_batch: int | None = None) -> Strategy:
         """The strategy of a params dict or a table row: a dimension it lacks (None, NaN) takes
         its default; with ``global_batch``, the accumulation follows from the micro-batch."""
         values = {name: value_in(row, name) for name in DIMENSIONS}
@@ -69,7 +79,7 @@ class Strategy:
     def __reduce__(self) -> tuple:
         return _strategy, (dict(self._values),)
 
-    def replace(self, **changes: Any) -> "Strategy":
+    def replace(self, **changes: Any) -> Strategy:
         return Strategy(**{**self._values, **changes})
 
     @property
@@ -85,18 +95,18 @@ class Strategy:
     def global_batch(self) -> int:
         return int(self._values["micro_batch"] * self._values["accumulation"])
 
-    def as_dict(self) -> Dict[str, Any]:
+    def as_dict(self) -> dict[str, Any]:
         return dict(self._values)
 
     def label(self) -> str:
         return " ".join(tags(self._values))
 
 
-def _strategy(values: Dict[str, Any]) -> Strategy:
+def _strategy(values: dict[str, Any]) -> Strategy:
     return Strategy(**values)
 
 
-def blocks_to_checkpoint(blocks: Sequence[torch.nn.Module], fraction: float) -> List[torch.nn.Module]:
+def blocks_to_checkpoint(blocks: Sequence[torch.nn.Module], fraction: float) -> list[torch.nn.Module]:
     """The blocks a fraction selects: the first round(fraction x n) from the input side (at
     least one when the fraction is above 0). Every block of a transformer stack holds the
     same activations, so which ones matters little for memory; a fixed rule keeps a trial
@@ -191,7 +201,7 @@ def saved_bytes_counter(total: list):
 
 
 @contextlib.contextmanager
-def forward_context(strategy: Strategy, device_type: str, count_saved: Optional[list] = None):
+def forward_context(strategy: Strategy, device_type: str, count_saved: list | None = None):
     """What wraps each micro-step's forward: the precision and, if tuned, the offload.
     ``count_saved`` (a one-item list), for a configuration without offload: sum up what
     offload would move (``saved_bytes_counter``)."""

@@ -4,7 +4,6 @@ older ``package.module:Name``; the standard library's ``pkgutil.resolve_name`` r
 from __future__ import annotations
 
 import pkgutil
-from typing import Tuple
 
 
 def resolve(target: str):
@@ -17,7 +16,7 @@ def resolve(target: str):
     return pkgutil.resolve_name(target)
 
 
-def split(target: str) -> Tuple[str, str]:
+def split(target: str) -> tuple[str, str]:
     """(module, attribute) of a target whose attribute is a top-level name of its module:
     ``a.b:f`` and ``a.b.f`` both give ``("a.b", "f")``."""
     module, _, attr = target.partition(":") if ":" in target else target.rpartition(".")

@@ -20,8 +20,8 @@ Anything else is refused before it is imported, naming the target and these over
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable, Set
 
 ALWAYS_TRUSTED = ("torch", "torchao", "autotune")
 TRUST_ENV = "AUTOTUNE_TRUST"
@@ -44,7 +44,7 @@ def config_dir() -> Path:
     return Path(base) / "autotune"
 
 
-def recorded() -> Set[str]:
+def recorded() -> set[str]:
     try:
         return {line.strip() for line in (config_dir() / RECORD_NAME).read_text().splitlines() if line.strip()}
     except (OSError, UnicodeDecodeError):
@@ -65,7 +65,7 @@ def record_tuned(targets: Iterable[str]) -> None:
         pass
 
 
-def trusted(extra: Iterable[str] = ()) -> Set[str]:
+def trusted(extra: Iterable[str] = ()) -> set[str]:
     from_env = {p.strip() for p in os.environ.get(TRUST_ENV, "").split(",") if p.strip()}
     return set(ALWAYS_TRUSTED) | recorded() | from_env | {package_of(p) for p in extra}
 

@@ -20,25 +20,33 @@ from __future__ import annotations
 import functools
 import os
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Optional, Sequence, Tuple
 
 import torch
 import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from autotune.train.best_schema import BEST_FORMAT, BestConfig
-from autotune.train.exporters import hf_training_args, lightning_trainer_kwargs
 from autotune.train import trust
+from autotune.train.best_schema import BEST_FORMAT, BestConfig
 from autotune.train.dimensions import BATCH, DIMENSIONS
+from autotune.train.exporters import hf_training_args, lightning_trainer_kwargs
 from autotune.train.optimizer import OptimizerSpec
-from autotune.train.target import resolve
 from autotune.train.optimizer import build as build_optimizer
 from autotune.train.optimizer import unsupported as build_problem
-from autotune.train.strategy import (Strategy, allocator_env, apply_checkpointing, apply_declared, autocast_context,
-                               forward_context, make_scaler, offload_context)
+from autotune.train.strategy import (
+    Strategy,
+    allocator_env,
+    apply_checkpointing,
+    apply_declared,
+    autocast_context,
+    forward_context,
+    make_scaler,
+    offload_context,
+)
+from autotune.train.target import resolve
 from autotune.train.values import MAX_ACCUMULATION, count_problem, gib_problem, lr_problem
 from autotune.train.workload import find_blocks
 
@@ -49,14 +57,14 @@ class Tuned:
     device_type: str = "cuda"  # the device kind it was tuned on; autocast's default
     model: dict = field(default_factory=dict)  # name, target, config, seq_len of the tuned model
     measured: dict = field(default_factory=dict)  # the trial's figures
-    budget_gib: Optional[float] = None  # the budget it was tuned for
-    memory_cap_gib: Optional[float] = None  # the cap the trials ran under (None: uncapped)
+    budget_gib: float | None = None  # the budget it was tuned for
+    memory_cap_gib: float | None = None  # the cap the trials ran under (None: uncapped)
     optimizer_spec: OptimizerSpec = field(default_factory=OptimizerSpec)  # the optimizer the trials trained with
-    lr: Optional[float] = None  # the learning rate the trials used (trial.lr), unless optimizer_spec sets one
+    lr: float | None = None  # the learning rate the trials used (trial.lr), unless optimizer_spec sets one
     numerics: str = ""  # what changes training numerics, as best.yaml says
-    loss_parity: Optional[float] = None
+    loss_parity: float | None = None
     source: str = "the tuned config"  # where it was read, for messages
-    trust: Tuple[str, ...] = ()  # packages the caller trusts besides train/trust.py's defaults
+    trust: tuple[str, ...] = ()  # packages the caller trusts besides train/trust.py's defaults
 
     @property
     def checkpointing(self) -> str:
@@ -86,7 +94,7 @@ class Tuned:
     def global_batch(self) -> int:
         return self.strategy.global_batch
 
-    def apply(self, model: torch.nn.Module, blocks: Optional[Sequence[torch.nn.Module]] = None) -> torch.nn.Module:
+    def apply(self, model: torch.nn.Module, blocks: Sequence[torch.nn.Module] | None = None) -> torch.nn.Module:
         """Set up what the model itself carries of the tuned strategy:
 
         * checkpointing on ``blocks`` (default: the model's repeated layers), the same blocks
@@ -110,7 +118,7 @@ class Tuned:
         self.set_allocator()
         return model
 
-    def optimizer(self, params, lr: Optional[float] = None, **kwargs) -> torch.optim.Optimizer:
+    def optimizer(self, params, lr: float | None = None, **kwargs) -> torch.optim.Optimizer:
         """The tuned optimizer over ``params``: the optimizer the trials trained with (best.yaml's
         ``optimizer``), holding its state as tuned (8/4-bit, on the host, bf16 weights with
         stochastic rounding, fused). ``lr`` and ``kwargs`` override best.yaml's."""
@@ -134,14 +142,14 @@ class Tuned:
         trust.check(target, "model.target", self.source, self.trust)
         return resolve(target)
 
-    def autocast(self, device_type: Optional[str] = None):
+    def autocast(self, device_type: str | None = None):
         return autocast_context(self.precision, device_type or self.device_type)
 
-    def forward_context(self, device_type: Optional[str] = None):
+    def forward_context(self, device_type: str | None = None):
         """The context for each micro-step's forward: autocast, plus activation offload if tuned."""
         return forward_context(self.strategy, device_type or self.device_type)
 
-    def forward(self, device_type: Optional[str] = None):
+    def forward(self, device_type: str | None = None):
         """Deprecated name of ``forward_context`` (it is a context, not a forward pass)."""
         warnings.warn("Tuned.forward() is renamed Tuned.forward_context()", DeprecationWarning, stacklevel=2)
         return self.forward_context(device_type)
@@ -157,11 +165,11 @@ class Tuned:
                 return  # offload's faster pinning alone (PINNED_FAST): only the first step is slower without it
             warnings.warn(f"allocator={self.allocator} was tuned, but CUDA has already started in this process, so "
                           "the setting cannot take effect; call tuned.set_allocator() before any CUDA work, or set "
-                          f"PYTORCH_CUDA_ALLOC_CONF={env['PYTORCH_CUDA_ALLOC_CONF']} in the environment")
+                          f"PYTORCH_CUDA_ALLOC_CONF={env['PYTORCH_CUDA_ALLOC_CONF']} in the environment", stacklevel=2)
             return
         os.environ.update(env)
 
-    def limit_memory(self, device: int = 0) -> Optional[float]:
+    def limit_memory(self, device: int = 0) -> float | None:
         """Cap this process's CUDA allocator at the budget this config was tuned for, less
         the CUDA context, as on a card of that size; returns the fraction set, or None when
         the tuning ran uncapped (no budget given: the whole device).
@@ -177,7 +185,7 @@ class Tuned:
         torch.cuda.set_per_process_memory_fraction(fraction, device)
         return fraction
 
-    def scaler(self, device_type: Optional[str] = None) -> torch.amp.GradScaler:
+    def scaler(self, device_type: str | None = None) -> torch.amp.GradScaler:
         return make_scaler(self.precision, device_type or self.device_type)
 
     def to_hf_training_args(self, world_size: int = 1) -> dict:
@@ -244,9 +252,10 @@ def tuned_from_dict(data, source: str = "the tuned config", trust: Sequence[str]
                          f"strategy.accumulation ({s['micro_batch']} x {s['accumulation']}); correct it or use the "
                          "best.yaml the run wrote")
     opt = data.get("optimizer") if isinstance(data.get("optimizer"), dict) else {}
-    for key, value in (("optimizer.lr", opt.get("lr")),
-                       ("optimizer.kwargs.lr", (opt.get("kwargs") or {}).get("lr") if isinstance(opt.get("kwargs"), dict)
-                        else None)):
+    for key, value in (
+        ("optimizer.lr", opt.get("lr")),
+        ("optimizer.kwargs.lr", (opt.get("kwargs") or {}).get("lr") if isinstance(opt.get("kwargs"), dict) else None),
+    ):
         if value is not None and lr_problem(value, key):
             raise ValueError(f"{source}: {key}={value!r}: {lr_problem(value, key)}; correct it or use the best.yaml "
                              "the run wrote")

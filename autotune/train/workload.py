@@ -1,8 +1,9 @@
 """The public contract between autotune and a model: what a trial needs to train it."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, List, Optional
+from typing import Any
 
 import torch
 
@@ -24,17 +25,17 @@ class Workload:
     model: torch.nn.Module
     make_batch: Callable[[int, torch.device], Any]
     loss: Callable[[torch.nn.Module, Any], torch.Tensor]
-    blocks: List[torch.nn.Module] = field(default_factory=list)
-    optimizer: Optional[Callable[[Any], torch.optim.Optimizer]] = None
+    blocks: list[torch.nn.Module] = field(default_factory=list)
+    optimizer: Callable[[Any], torch.optim.Optimizer] | None = None
 
 
-def find_blocks(model: torch.nn.Module) -> List[torch.nn.Module]:
+def find_blocks(model: torch.nn.Module) -> list[torch.nn.Module]:
     """The model's repeated layers: the largest ModuleList whose children share one class.
 
     This finds ``encoder.layer`` in BERT, ``h`` in GPT-2 and ``layers`` in Llama; a model
     with no such list returns [] and must name its blocks itself.
     """
-    best: List[torch.nn.Module] = []
+    best: list[torch.nn.Module] = []
     for module in model.modules():
         if isinstance(module, torch.nn.ModuleList) and len(module) > len(best):
             children = list(module)

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import gc
 import weakref
-from typing import List
 
 import torch
 
 _trials_started = 0  # trials begun in this process; a forked child inherits its parent's 0
-_earlier_parameters: "weakref.WeakSet[torch.Tensor]" = weakref.WeakSet()  # of models trials built here
+_earlier_parameters: weakref.WeakSet[torch.Tensor] = weakref.WeakSet()  # of models trials built here
 _passed = False  # the check passed for the trial now running in this process
 
 
@@ -30,12 +29,12 @@ def track(model: torch.nn.Module) -> None:
 
 def check_clean_start(device_type: str, index: int = 0) -> None:
     """Raise ``DirtyStart`` unless this process may measure a trial now; call it after the
-    device is ready (CUDA context created) and before the model is built. Cheap (no scan of the heap): a process that never ran a
-    trial holds no trial's tensors, and on CUDA any live device tensor shows in the
-    allocator's counters."""
+    device is ready (CUDA context created) and before the model is built. Cheap (no scan of
+    the heap): a process that never ran a trial holds no trial's tensors, and on CUDA any
+    live device tensor shows in the allocator's counters."""
     global _trials_started, _passed
     _passed = False
-    problems: List[str] = []
+    problems: list[str] = []
     if _trials_started:
         problems.append(f"this process already ran {_trials_started} trial(s)")
     if len(_earlier_parameters):

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Optional
 
 from autotune.system.linux import cpu_busy_seconds, load_average, process_cpu_seconds, usable_cpus
 

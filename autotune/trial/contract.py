@@ -9,7 +9,7 @@ every status but ``ok`` carries ``cause``.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Dict, List, Optional, TypedDict
+from typing import Any, TypedDict
 
 # Every way a trial ends (the driver records one of these as the trial's ``status``).
 STATUSES = ("ok", "oom", "crash", "timeout", "nan", "error", "skipped", "pruned")
@@ -19,7 +19,7 @@ STATUSES = ("ok", "oom", "crash", "timeout", "nan", "error", "skipped", "pruned"
 class ModelSpec:
     name: str
     target: str  # the builder, package.module:function
-    config: Dict[str, Any] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -27,32 +27,32 @@ class TrialSpec:
     model: ModelSpec
     seq_len: int
     device: str  # cpu | cuda | cuda:N
-    strategy: Dict[str, Any]  # Strategy.as_dict()
+    strategy: dict[str, Any]  # Strategy.as_dict()
     warmup_steps: int
     measure_steps: int
     min_measure_s: float = 0.0
     lr: float = 1e-4
     seed: int = 0
-    memory_cap_gib: Optional[float] = None  # cap the allocator to this (a budget smaller than the card)
+    memory_cap_gib: float | None = None  # cap the allocator to this (a budget smaller than the card)
     # The user's optimizer (train/optimizer.py:OptimizerSpec): class or function, and keyword arguments.
-    optimizer: Dict[str, Any] = field(default_factory=lambda: {"target": "torch.optim.AdamW", "kwargs": {}})
+    optimizer: dict[str, Any] = field(default_factory=lambda: {"target": "torch.optim.AdamW", "kwargs": {}})
     # Set by whoever launches the trial:
-    result: Optional[str] = None  # where to write result.json (default: beside spec.json)
-    launched_at: Optional[float] = None  # time.time() at launch: the trial's start-up is measured from it
-    profile_dir: Optional[str] = None  # profile=true: trace the timed steps into this folder
+    result: str | None = None  # where to write result.json (default: beside spec.json)
+    launched_at: float | None = None  # time.time() at launch: the trial's start-up is measured from it
+    profile_dir: str | None = None  # profile=true: trace the timed steps into this folder
     # How precisely to measure (study/fidelity.py): "probe" (memory settled, speed from a
     # few steps) or "full" (the whole window). ``race_speed``: the samples/s range in which
     # this configuration's verdict against the best is still open; a full measurement stops
     # once its interval leaves that range (it is decided) or lies inside it (tied).
     fidelity: str = "full"
-    race_speed: Optional[List[float]] = None
-    cpu_threads: Optional[int] = None  # CPU: torch.set_num_threads before the model (None: torch's default)
+    race_speed: list[float] | None = None
+    cpu_threads: int | None = None  # CPU: torch.set_num_threads before the model (None: torch's default)
     # After the measurement, count the bytes activation offload would copy and time the host
     # link (search=auto's bound on offload, fact 6): only where the space has offload to bound.
     offload_bound: bool = True
 
     @classmethod
-    def from_dict(cls, data: dict) -> "TrialSpec":
+    def from_dict(cls, data: dict) -> TrialSpec:
         """Read a spec; an unknown or missing key is an error naming it."""
         if isinstance(data, TrialSpec):
             return data
@@ -68,7 +68,7 @@ class TrialSpec:
     def to_dict(self) -> dict:
         return asdict(self)
 
-    def but(self, **changes) -> "TrialSpec":
+    def but(self, **changes) -> TrialSpec:
         """A copy with some fields changed (a result path, a launch time, a profile folder)."""
         return TrialSpec.from_dict({**self.to_dict(), **changes})
 
@@ -77,7 +77,7 @@ class TrialResult(TypedDict, total=False):
     """What result.json holds. Measurements appear only where the trial got that far."""
 
     status: str  # one of STATUSES
-    cause: Optional[str]  # why, for every status but ok
+    cause: str | None  # why, for every status but ok
     phase: str  # error: "build" (the model builder failed) or "isolation" (the clean-start check)
     device: str
     pid: int
@@ -102,22 +102,22 @@ class TrialResult(TypedDict, total=False):
     samples_per_s: float
     step_time_s: float
     time_spread: float
-    step_times_s: List[float]
-    losses: List[float]
-    timings: Dict[str, float]  # startup_s, build_s, first_step_s, total_s
+    step_times_s: list[float]
+    losses: list[float]
+    timings: dict[str, float]  # startup_s, build_s, first_step_s, total_s
     wall_s: float
     fidelity: str  # probe | full (study/fidelity.py)
-    race: Optional[str]  # a raced full measurement's verdict: behind | ahead | tied (stopped early), or open
+    race: str | None  # a raced full measurement's verdict: behind | ahead | tied (stopped early), or open
     flops_per_sample: float  # training FLOPs per sample (3 x the forward's, from torch's flop counter)
     # what else used the device during the timed steps (trial/contention.py)
     contended: bool
-    contention: Optional[str]  # why, when contended
+    contention: str | None  # why, when contended
     trial_cores: int
     own_cpu_cores: float
     other_cpu_cores: float
-    load_average: Optional[float]
+    load_average: float | None
     gpu_other_processes: int
     gpu_other_memory_gib: float
-    gpu_other_sm_util: Optional[int]
+    gpu_other_sm_util: int | None
     n_checkpointed: int
     n_blocks: int

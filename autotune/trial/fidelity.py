@@ -29,7 +29,7 @@ A configuration only needs the precision its verdict needs (issue 29):
 from __future__ import annotations
 
 import statistics
-from typing import List, Optional, Sequence
+from collections.abc import Sequence
 
 FIDELITIES = ("probe", "raced", "full")  # what a run measured; "raced": a full one its race stopped early
 FIRST_MICRO_STEPS = 2  # a probe's first step: the first micro-step allocates, the second accumulates
@@ -59,10 +59,10 @@ def speed_interval(step_times: Sequence[float], global_batch: int) -> tuple:
     return max(0.0, sps * (1 - spread)), sps, sps * (1 + spread)
 
 
-def race_verdict(step_times: Sequence[float], global_batch: int, undecided: Optional[List[float]],
-                 min_steps: int) -> Optional[str]:
-    """``below`` or ``above`` the open range, or ``tied`` inside it, once the timed steps so far settle the question, else
-    None (go on). ``undecided``: [low, high] samples/s where the verdict is still open."""
+def race_verdict(step_times: Sequence[float], global_batch: int, undecided: list[float] | None,
+                 min_steps: int) -> str | None:
+    """``below`` or ``above`` the open range, or ``tied`` inside it, once the timed steps so far
+    settle the question, else None (go on). ``undecided``: [low, high] samples/s where the verdict is still open."""
     if not undecided or len(step_times) < max(RACE_MIN_STEPS, 1):
         return None
     lo, _, hi = speed_interval(step_times, global_batch)
@@ -83,7 +83,7 @@ def probe_done(step_times: Sequence[float]) -> bool:
 
 def probe_steps(step_s: float) -> int:
     """Timed steps a probe takes at ``step_s`` seconds a step (as ``probe_done`` decides)."""
-    steps: List[float] = []
+    steps: list[float] = []
     while not probe_done(steps):
         steps.append(step_s)
     return len(steps)

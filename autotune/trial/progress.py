@@ -13,8 +13,8 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Optional
 
 TICK_S = 15.0  # the most a run stays silent while a trial runs
 WRITE_EVERY_S = 0.5  # the trial rewrites its line at most this often within one phase
@@ -26,10 +26,10 @@ class TrialProgress:
     """In the trial process: ``say(text)`` records where the trial is (cheaply: a new
     phase is written at once, steps within a phase at most every ``every`` seconds)."""
 
-    def __init__(self, path: Optional[Path], every: float = WRITE_EVERY_S):
+    def __init__(self, path: Path | None, every: float = WRITE_EVERY_S):
         self.path, self.every, self.last, self.phase = path, every, 0.0, None
 
-    def say(self, text: str, phase: Optional[str] = None) -> None:
+    def say(self, text: str, phase: str | None = None) -> None:
         if self.path is None:
             return
         now = time.monotonic()
@@ -44,7 +44,7 @@ class TrialProgress:
             pass  # a sign of life lost, nothing measured
 
 
-def read_progress(trial_dir: Path) -> Optional[str]:
+def read_progress(trial_dir: Path) -> str | None:
     try:
         return (trial_dir / PROGRESS_FILE).read_text().strip() or None
     except OSError:
@@ -60,7 +60,7 @@ class Ticker:
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, name="autotune-ticker", daemon=True)
 
-    def __enter__(self) -> "Ticker":
+    def __enter__(self) -> Ticker:
         (self.trial_dir / PROGRESS_FILE).unlink(missing_ok=True)  # a rerun's old line says nothing now
         self.start = time.monotonic()
         self.thread.start()

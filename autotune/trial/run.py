@@ -15,24 +15,28 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Optional
 
 import torch  # noqa: E402
 
 from autotune.system.quiet import quiet_third_party  # noqa: E402
+from autotune.train import optimizer as optim  # noqa: E402
+from autotune.train.measure import host_link_gib_s, memory_growth_gib, memory_probe, step_time_stats  # noqa: E402
+from autotune.train.strategy import Strategy, apply_checkpointing, apply_declared, forward_context, make_scaler  # noqa: E402
+from autotune.train.target import resolve  # noqa: E402
+from autotune.train.workload import Workload  # noqa: E402
 from autotune.trial import clean_start  # noqa: E402
 from autotune.trial.clean_start import DirtyStart, check_clean_start, track  # noqa: E402
 from autotune.trial.contention import Contention  # noqa: E402
 from autotune.trial.contract import TrialResult, TrialSpec  # noqa: E402
-from autotune.trial.fidelity import FIRST_MICRO_STEPS, MAX_FIRST_STEPS, ONE_STEP_SPREAD, PROBE_STEPS  # noqa: E402
-from autotune.trial.fidelity import probe_done, race_verdict  # noqa: E402
+from autotune.trial.fidelity import (  # noqa: E402  # noqa: E402
+    FIRST_MICRO_STEPS,
+    MAX_FIRST_STEPS,
+    ONE_STEP_SPREAD,
+    PROBE_STEPS,
+    probe_done,
+    race_verdict,
+)
 from autotune.trial.progress import PROGRESS_FILE, TrialProgress  # noqa: E402
-from autotune.train.measure import host_link_gib_s, memory_growth_gib, memory_probe, step_time_stats  # noqa: E402
-from autotune.train.strategy import Strategy, apply_checkpointing, apply_declared, forward_context, make_scaler  # noqa: E402
-from autotune.train import optimizer as optim  # noqa: E402
-from autotune.train.target import resolve  # noqa: E402
-from autotune.train.workload import Workload  # noqa: E402
-
 
 MAX_MEASURE_STEPS = 200  # the most timed steps min_measure_s can ask for
 
@@ -42,7 +46,7 @@ def resolve_builder(target: str):
     return resolve(target)
 
 
-def not_a_workload(target: str, built) -> Optional[str]:
+def not_a_workload(target: str, built) -> str | None:
     """What is wrong with what builder ``target`` returned, or None where it is a Workload."""
     if isinstance(built, Workload):
         return None
@@ -52,7 +56,7 @@ def not_a_workload(target: str, built) -> Optional[str]:
             "examples/custom_model.py shows one)")
 
 
-def preload(target: Optional[str]) -> None:
+def preload(target: str | None) -> None:
     """What a trial process imports before it takes its memory baseline, so that no import
     counts as the trial's memory or time: the model builder's module and what the first
     optimizer imports (constructing one imports torch._dynamo: 1.1 s and 66 MB on a 2-core
@@ -66,7 +70,7 @@ def preload(target: Optional[str]) -> None:
 
 
 def optimizer_step(workload, batch, strategy: Strategy, optimizer, scaler, device_type: str,
-                   micro_steps: Optional[int] = None) -> torch.Tensor:
+                   micro_steps: int | None = None) -> torch.Tensor:
     """One optimizer step of ``strategy.accumulation`` micro-steps (or the first
     ``micro_steps`` of them: a probe's first step); returns the mean loss."""
     total = torch.zeros((), device=batch_device(batch))
@@ -309,7 +313,9 @@ def run(spec) -> dict:
         except Exception as e:  # only a bound is lost: the trial measured what it had to
             print(f"saved-bytes count or host-link probe failed, no offload bound from this trial: "
                   f"{type(e).__name__}: {e}", file=sys.stderr)
-    if status == "ok" and spec.fidelity == "full":  # for the MFU (scoring/limits.py): the model's work, any configuration
+    if (
+        status == "ok" and spec.fidelity == "full"
+    ):  # for the MFU (scoring/limits.py): the model's work, any configuration
         try:
             result["flops_per_sample"] = flops_per_sample(workload, strategy, torch.device(device), device_type)
         except Exception as e:  # only the MFU is lost; the table says why
@@ -339,7 +345,7 @@ def _write(path: Path, result: dict) -> None:
     os.replace(tmp, path)  # atomic: the driver never reads half a result
 
 
-def run_spec_file(spec_path: Path, extra: Optional[dict] = None) -> TrialResult:
+def run_spec_file(spec_path: Path, extra: dict | None = None) -> TrialResult:
     """Run the trial ``spec_path`` describes and write its result file; never raises for trial
     faults. ``extra``: fields added to the result (how the process was started)."""
     spec = json.loads(spec_path.read_text())

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Optional, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from autotune.system.linux import die_with_parent
 from autotune.trial.contract import TrialResult, TrialSpec
@@ -31,7 +31,7 @@ class Runner(Protocol):
     Implemented by ``run_trial`` (a new interpreter), ``ForkServer`` (a forked child, the
     default) and ``study.replay.Replay`` (a recorded table, no process)."""
 
-    def __call__(self, spec: dict, trial_dir: Path, timeout_s: float, env: Optional[dict] = None) -> TrialResult: ...
+    def __call__(self, spec: dict, trial_dir: Path, timeout_s: float, env: dict | None = None) -> TrialResult: ...
 
 
 def _tail(path: Path, lines: int = 5) -> str:
@@ -53,7 +53,7 @@ def _kill_group(proc: subprocess.Popen) -> None:
     _kill_pgid(proc.pid)
 
 
-def _prepare(spec: dict, trial_dir: Path, launched_at: Optional[float] = None) -> tuple:
+def _prepare(spec: dict, trial_dir: Path, launched_at: float | None = None) -> tuple:
     trial_dir.mkdir(parents=True, exist_ok=True)
     spec_path, result_path, log_path = trial_dir / "spec.json", trial_dir / "result.json", trial_dir / "log.txt"
     result_path.unlink(missing_ok=True)
@@ -76,7 +76,7 @@ def _collect(result_path: Path, log_path: Path, timeout_s: float, timed_out: boo
     return {"status": "crash", "cause": f"process {how} without a result; log: {_tail(log_path)}"}
 
 
-def _start(argv: list, env: Optional[dict], **kw) -> subprocess.Popen:
+def _start(argv: list, env: dict | None, **kw) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", *argv], start_new_session=True, preexec_fn=die_with_parent,
                             env={**os.environ, **(env or {})}, **kw)
 
@@ -123,10 +123,10 @@ class ForkServer:
 
     READY_TIMEOUT_S = 300.0  # imports of torch, transformers and the builder, on a slow disk
 
-    def __init__(self, preload: Optional[str] = None) -> None:
+    def __init__(self, preload: str | None = None) -> None:
         self.preload = preload
         self.servers: dict = {}  # frozen environment -> Popen
-        self.fresh_reason: Optional[str] = None  # why the server could not fork trials, once it said so
+        self.fresh_reason: str | None = None  # why the server could not fork trials, once it said so
         self.starting: dict = {}  # frozen environment -> Popen started by prestart, not yet ready
         self.used = False  # a trial asked for a server (its log then matters), kept once they are closed
 
@@ -134,21 +134,21 @@ class ForkServer:
         """The servers' process ids, started or starting."""
         return [p.pid for p in [*self.servers.values(), *self.starting.values()]]
 
-    def prestart(self, env: Optional[dict], log_dir: Path) -> None:
+    def prestart(self, env: dict | None, log_dir: Path) -> None:
         """Start the server for ``env`` now and return at once: its imports (seconds: torch,
         transformers, the builder) then overlap the driver's own set-up before the first trial."""
         key = frozenset((env or {}).items())
         if key not in self.servers and key not in self.starting and not self.fresh_reason:
             self.starting[key] = self._launch(env, log_dir)
 
-    def _launch(self, env: Optional[dict], log_dir: Path) -> subprocess.Popen:
+    def _launch(self, env: dict | None, log_dir: Path) -> subprocess.Popen:
         log_dir.mkdir(parents=True, exist_ok=True)
         argv = ["autotune.trial.forkserver"] + (["--preload", self.preload] if self.preload else [])
         with open(log_dir / "forkserver.log", "ab") as log:
             # Unbuffered: select() must see every line that has arrived, none held in a buffer.
             return _start(argv, env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, bufsize=0)
 
-    def _server(self, env: Optional[dict], log_dir: Path) -> Optional[subprocess.Popen]:
+    def _server(self, env: dict | None, log_dir: Path) -> subprocess.Popen | None:
         self.used = True
         key = frozenset((env or {}).items())
         proc = self.servers.get(key)

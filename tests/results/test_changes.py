@@ -50,7 +50,9 @@ def test_a_re_measurement_that_moves_the_old_best_is_named_with_its_figures():
     scored, best = _pick(moved)
     text = best_change(last_best(study), scored, best, SCORING)
     assert "this one picks trial 1" in text
-    assert "Why: trial 0's samples_per_s moved from 10.2 samples/s to 8.0 samples/s after 1 more measurement(s)." in text
+    assert (
+        "Why: trial 0's samples_per_s moved from 10.2 samples/s to 8.0 samples/s after 1 more measurement(s)." in text
+    )
 
 
 def test_other_settings_are_named_and_the_same_pick_says_nothing():

@@ -6,7 +6,9 @@ from autotune.results.outputs import no_best, summary
 
 
 def _rows(*rows):
-    return pd.DataFrame([dict(zip(("number", "status", "cause", "peak_memory_gib", "fits_budget"), r)) for r in rows])
+    return pd.DataFrame(
+        [dict(zip(("number", "status", "cause", "peak_memory_gib", "fits_budget"), r, strict=False)) for r in rows]
+    )
 
 
 def test_nothing_ran_ok_lists_each_cause_with_its_count_commonest_first():

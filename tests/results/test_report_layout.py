@@ -60,7 +60,8 @@ LAYOUT_PROBE = """(() => {
           page_width: document.documentElement.scrollWidth, window_width: window.innerWidth,
           headline: headline ? headline.innerText : null,
           headline_top: headline ? headline.getBoundingClientRect().top : null,
-          tables_top: Math.min(...Array.from(document.querySelectorAll('table')).map(t => t.getBoundingClientRect().top)),
+          tables_top: Math.min(...Array.from(document.querySelectorAll('table'))
+            .map(t => t.getBoundingClientRect().top)),
           findings: Array.from(document.querySelectorAll('#effects td.finding')).map(td =>
             [+td.dataset.lo, +td.dataset.hi, td.textContent]),
           noise: document.querySelectorAll('#effects td.noise').length,

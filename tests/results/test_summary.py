@@ -26,4 +26,6 @@ def test_the_terminal_front_shows_each_figure_with_its_interval_and_no_negative_
         assert 0 <= lo <= value <= hi
     noisy = next(line for line in table if line.lstrip().startswith("full"))
     assert "20.0 [0.0, " in noisy  # the interval is clamped at zero, not negative
-    assert re.search(r"-286\.8 \[up to -?\d+\.\d\]$", noisy.rstrip()), noisy  # ROI: no lower end at a speed of 0 ("up to", not "-inf")
+    assert re.search(r"-286\.8 \[up to -?\d+\.\d\]$", noisy.rstrip()), (
+        noisy
+    )  # ROI: no lower end at a speed of 0 ("up to", not "-inf")

@@ -12,15 +12,15 @@ import pytest
 from autotune.results.outputs import unavailable
 from autotune.scoring.budgets import per_budget
 from autotune.scoring.pareto import pareto_mask
-from autotune.train.device import DeviceInfo
-from autotune.study.driver import run_study
-from autotune.study.plan import Plan
-from autotune.study.replay import Replay
+from autotune.scoring.settings import Scoring
 from autotune.search.auto import AutoSearch, Family, family_of
 from autotune.search.memory_model import fit_families, fit_line
 from autotune.search.space import SearchSpace
 from autotune.store.table import trials_table
-from autotune.scoring.settings import Scoring
+from autotune.study.driver import run_study
+from autotune.study.plan import Plan
+from autotune.study.replay import Replay
+from autotune.train.device import DeviceInfo
 from autotune.train.optimizer import MODEL_STATE_DEFAULTS
 from tests.conftest import run_cli
 from tests.test_reliability import study_trials
@@ -115,8 +115,10 @@ def test_auto_finds_the_grids_best_with_a_fraction_of_its_trials(budgets):
     assert auto_replay.trials <= 0.5 * grid_replay.trials, auto_replay.trials
     # Nothing auto skipped could have beaten its best by more than the noise it allows.
     best = max(fits(auto[auto["status"] == "ok"], min(budgets))["samples_per_s"])
-    measured = set(zip(auto["checkpointing"], auto["offload"], auto["micro_batch"]))
-    unmeasured = truth[[k not in measured for k in zip(truth["checkpointing"], truth["offload"], truth["micro_batch"])]]
+    measured = set(zip(auto["checkpointing"], auto["offload"], auto["micro_batch"], strict=False))
+    unmeasured = truth[
+        [k not in measured for k in zip(truth["checkpointing"], truth["offload"], truth["micro_batch"], strict=False)]
+    ]
     assert (fits(unmeasured, min(budgets))["samples_per_s"] <= best * 1.02).all()
 
 
@@ -150,7 +152,7 @@ def test_auto_with_a_front_resolution_measures_the_whole_front_to_that_resolutio
     def reached(table):  # front points with a measured one <= 10 % more memory, as fast within the noise
         ok = table[table["status"] == "ok"]
         return sum(any((ok["device_peak_gib"] <= m * 1.1) & (ok["samples_per_s"] >= s * 0.98))
-                   for m, s in zip(front["device_peak_gib"], front["samples_per_s"]))
+                   for m, s in zip(front["device_peak_gib"], front["samples_per_s"], strict=False))
 
     assert len(front) >= 4
     assert reached(settled) == len(front)
@@ -195,15 +197,21 @@ def test_offload_configs_the_copies_rule_out_are_never_measured(budget):
     offload = lambda t: int((t["offload"] & (t["status"] == "ok")).sum())  # noqa: E731
     assert offload(auto) < offload(blind) and auto_replay.trials < blind_replay.trials
     # Every offload config left unmeasured was slower than the best: the bound was sound.
-    measured = set(zip(auto["checkpointing"], auto["offload"], auto["micro_batch"]))
+    measured = set(zip(auto["checkpointing"], auto["offload"], auto["micro_batch"], strict=False))
     unmeasured = pd.Series([k not in measured for k in zip(truth["checkpointing"], truth["offload"],
-                                                           truth["micro_batch"])], index=truth.index)
+                                                           truth["micro_batch"], strict=False)], index=truth.index)
     skipped = truth[truth["offload"] & unmeasured]
     assert len(skipped) > 0 and (skipped["samples_per_s"] <= best * 1.02).all()
 
 
 def test_the_copies_bound_an_offload_family_from_its_twin_without_offload():
-    measured = {(Family(0.0, "bf16", False, "default", *PLAIN_STATE), 16): {"status": "ok", "saved_gib": 8.0, "host_link_gib_s": 40.0}}
+    measured = {
+        (Family(0.0, "bf16", False, "default", *PLAIN_STATE), 16): {
+            "status": "ok",
+            "saved_gib": 8.0,
+            "host_link_gib_s": 40.0,
+        }
+    }
     fam = Family(0.0, "bf16", True, "default", *PLAIN_STATE)
     # At m=32 at least the 8 GiB counted at 16 cross the link twice per micro-step.
     assert AutoSearch._transfer_bound(fam, 32, measured) == pytest.approx(32 * 40.0 * 1.25 / (2 * 8.0))
@@ -226,7 +234,9 @@ def test_the_memory_line_is_fitted_and_predicts_the_micro_batch_auto_measures_ne
     assert line.largest_fitting([4, 8, 16, 32, 64], 22.0) == 32
     # One point of another family and the group's fitted intercept: certain, its own slope.
     lines = fit_families({"a": [(4, 8.0), (8, 10.0)], "b": [(16, 8.0)]}, group_of=lambda f: 0, static_gib=None)
-    assert lines["b"].intercept == pytest.approx(6.0) and lines["b"].slope == pytest.approx(0.125) and lines["b"].certain
+    assert (
+        lines["b"].intercept == pytest.approx(6.0) and lines["b"].slope == pytest.approx(0.125) and lines["b"].certain
+    )
     # Static memory alone is a lower bound of the intercept: that line orders, never rules out.
     lines = fit_families({"b": [(16, 8.0)]}, group_of=lambda f: 0, static_gib=5.0)
     assert not lines["b"].certain

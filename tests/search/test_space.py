@@ -1,7 +1,8 @@
 
 import yaml
 
-from autotune.search.space import SHIPPED_DIR, SearchSpace, divisors, load_space as load_group, skip_reason
+from autotune.search.space import SHIPPED_DIR, SearchSpace, divisors, skip_reason
+from autotune.search.space import load_space as load_group
 from autotune.train.strategy import Strategy
 
 
@@ -82,8 +83,12 @@ def test_fractions_and_aliases_give_one_spelling_each(tmp_path):
 
 def test_cpu_runs_skip_offload_and_allocator_settings():
     assert "nothing to move" in skip_reason(Strategy("none", "fp32", 4, 1, offload=True), ("fp32",), {}, "cpu")
-    assert "caching allocator" in skip_reason(Strategy("none", "fp32", 4, 1, allocator="expandable"), ("fp32",), {}, "cpu")
-    assert skip_reason(Strategy("0.5", "fp32", 4, 1, offload=True, allocator="expandable"), ("fp32",), {}, "cuda") is None
+    assert "caching allocator" in skip_reason(
+        Strategy("none", "fp32", 4, 1, allocator="expandable"), ("fp32",), {}, "cpu"
+    )
+    assert (
+        skip_reason(Strategy("0.5", "fp32", 4, 1, offload=True, allocator="expandable"), ("fp32",), {}, "cuda") is None
+    )
 
 
 def test_every_shipped_space_is_clean_and_a_bad_group_value_is_reported_with_the_rest():
@@ -91,8 +96,15 @@ def test_every_shipped_space_is_clean_and_a_bad_group_value_is_reported_with_the
         problems = []
         assert load_group(yaml.safe_load(file.read_text()), problems) is not None and problems == [], file
     problems = []
-    group = {"name": "default", "checkpointing": ["none", 2.0], "precision": ["fp8"], "micro_batch": {"min": 4, "max": 64},
-             "offload": [False], "allocator": ["default"], "path": None}
+    group = {
+        "name": "default",
+        "checkpointing": ["none", 2.0],
+        "precision": ["fp8"],
+        "micro_batch": {"min": 4, "max": 64},
+        "offload": [False],
+        "allocator": ["default"],
+        "path": None,
+    }
     assert load_group(group, problems) is None
     assert problems == ["search_space=default: checkpointing value 2.0: use none, full or a fraction of the blocks "
                         "in [0, 1], e.g. 0.5",

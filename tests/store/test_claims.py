@@ -161,7 +161,6 @@ def test_the_optuna_internals_autotune_relies_on_are_there():
 
 def test_no_module_but_optuna_access_touches_optuna_private_attributes():
     import re
-    from pathlib import Path
 
     root = ROOT / "autotune"
     private = re.compile(r"\bstudy\._storage\b|\._study_id\b|\._trial_id\b|\.system_attrs\b|optuna\.Trial\(")

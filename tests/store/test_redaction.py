@@ -3,7 +3,8 @@ accepts in it, in the URL as written and wherever it travels (generated password
 from urllib.parse import parse_qs, quote, urlsplit
 
 import yaml
-from hypothesis import assume, given, settings, strategies as st
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 from omegaconf import OmegaConf
 from sqlalchemy.engine import make_url
 
@@ -17,7 +18,7 @@ PASSWORDS = st.text(alphabet=ALPHABET, min_size=1, max_size=24)
 def encode(password: str, raw: list) -> str:
     """The password as a user may write it: each character as itself where the parser reads it
     back unchanged (``raw``), percent-encoded otherwise; '@', '%' and a space always encoded."""
-    return "".join(c if keep and c not in "@% " else quote(c, safe="") for c, keep in zip(password, raw))
+    return "".join(c if keep and c not in "@% " else quote(c, safe="") for c, keep in zip(password, raw, strict=False))
 
 
 def places(url: str) -> list:
@@ -53,7 +54,9 @@ def test_a_userinfo_password_is_masked_wherever_the_url_goes(password, raw):
 @settings(max_examples=300, deadline=None)
 @given(password=PASSWORDS, raw=st.lists(st.booleans(), min_size=24, max_size=24))
 def test_a_query_password_is_masked_to_its_end(password, raw):
-    value = "".join(c if keep and c not in "@% &+#" else quote(c, safe="") for c, keep in zip(password, raw))
+    value = "".join(
+        c if keep and c not in "@% &+#" else quote(c, safe="") for c, keep in zip(password, raw, strict=False)
+    )
     url = f"postgresql://tuner@db.example/studies?sslmode=require&password={value}&application_name=at"
     assume(make_url(url).query.get("password") == password)
     query = parse_qs(urlsplit(redact(url)).query)

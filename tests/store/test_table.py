@@ -3,11 +3,11 @@ runs more than 2 % apart flagged, and the report says so."""
 import optuna
 from optuna.distributions import CategoricalDistribution
 
-from autotune.scoring.budgets import per_budget
 from autotune.results.page import write_report
 from autotune.results.review import scored_for_report
-from autotune.store.table import trials_table
+from autotune.scoring.budgets import per_budget
 from autotune.scoring.settings import Scoring
+from autotune.store.table import trials_table
 
 DIST = {"checkpointing": CategoricalDistribution(["none", "full"]), "precision": CategoricalDistribution(["fp32"]),
         "micro_batch": CategoricalDistribution([2, 4])}
@@ -93,7 +93,7 @@ def test_the_plain_read_of_a_database_study_equals_optunas_own(tmp_path):
     again = optuna.load_study(study_name=study.study_name, storage=url)
     fast, orm = read_trials(again), again.get_trials(deepcopy=False)
     assert [t.number for t in fast] == [0, 1, 2, 3] and fast == orm
-    for a, b in zip(fast, orm):
+    for a, b in zip(fast, orm, strict=False):
         assert (a._trial_id, a.system_attrs, a.distributions, a.datetime_start, a.datetime_complete,
                 a.intermediate_values) == (b._trial_id, b.system_attrs, b.distributions, b.datetime_start,
                                            b.datetime_complete, b.intermediate_values)

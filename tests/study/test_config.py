@@ -31,7 +31,9 @@ def test_an_experiment_applies_its_overrides_and_the_command_line_still_wins():
     assert list(cfg.budget_gib) == [16, 24, 40] and cfg.objective == "throughput" and cfg.trial.repeats == 0
     plan = plan_for("device=cpu", "experiment=bert_large_budgets", "budget_gib=[1,2]")  # a CPU has no 40 GiB
     assert plan.model_name == "bert-large" and plan.space_name == "budgets" and plan.budgets == [1.0, 2.0]
-    plan = plan_for("device=cpu", "experiment=bert_large_budgets", "budget_gib=2", "objective=roi", "search_space=default")
+    plan = plan_for(
+        "device=cpu", "experiment=bert_large_budgets", "budget_gib=2", "objective=roi", "search_space=default"
+    )
     assert plan.objective == "roi" and plan.space_name == "default"
 
 
@@ -39,7 +41,8 @@ def test_a_space_of_ones_own_through_the_search_path(tmp_path):
     (tmp_path / "search_space").mkdir()
     (tmp_path / "search_space" / "mine.yaml").write_text(
         "name: mine\ncheckpointing: [none, 0.25]\nprecision: [fp32]\nmicro_batch: {min: 2, max: 8}\n")
-    from hydra import compose as hydra_compose, initialize_config_dir
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
     from omegaconf import OmegaConf
 
     from autotune.study.config import CONF_DIR

@@ -46,7 +46,9 @@ def test_budget_above_the_device_memory_is_rejected():
 def test_micro_batch_bounds_leaving_no_divisor_list_the_divisors(tmp_path):
     space = tmp_path / "s.yaml"
     space.write_text("checkpointing: [none]\nprecision: [fp32]\nmicro_batch: {min: 5, max: 7}\n")
-    with pytest.raises(ConfigError, match=r"leave no divisor of global_batch=16; use bounds that include one of 1, 2, 4, 8, 16"):
+    with pytest.raises(
+        ConfigError, match=r"leave no divisor of global_batch=16; use bounds that include one of 1, 2, 4, 8, 16"
+    ):
         plan_for("device=cpu", f"search_space.path={space}")
 
 
@@ -103,7 +105,10 @@ def test_search_settings_are_checked_and_a_search_group_picks_the_strategy():
     with pytest.raises(ConfigError) as e:
         plan_for("device=cpu", "search.method=annealing", "search.n_trials=0", "search.timeout=-5")
     text = str(e.value)
-    assert "search.method=annealing: unknown search; use search=NAME with NAME one of auto, grid, random, tpe, nsga2" in text
+    assert (
+        "search.method=annealing: unknown search; use search=NAME with NAME one of auto, grid, random, tpe, nsga2"
+        in text
+    )
     assert "search.n_trials=0: must be >= 1" in text and "search.timeout=-5: must be > 0 seconds" in text
     with pytest.raises(ConfigCompositionException, match="search/annealing"):
         plan_for("device=cpu", "search=annealing")

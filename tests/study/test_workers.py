@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 
 from autotune.store.claims import ORPHANED
-from autotune.system.linux import usable_cores, usable_cpus
 from autotune.store.storage import make_storage
+from autotune.system.linux import usable_cores, usable_cpus
 from tests.conftest import ROOT, cli_command, trial_env
 from tests.test_reliability import faulty, space_file, study_trials
 

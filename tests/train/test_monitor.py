@@ -8,7 +8,6 @@ import pytest
 
 from autotune.train.monitor import LeakCheck
 
-
 LEAK_RUN = """
 import sys, warnings
 import torch

@@ -8,10 +8,10 @@ import pandas as pd
 import pytest
 import torch
 import yaml
+from omegaconf import OmegaConf
 
 from autotune.study.driver import strategy_of, trial_spec
 from autotune.study.plan import ConfigError, make_plan
-from omegaconf import OmegaConf
 from autotune.train.optimizer import OptimizerSpec, tensor_bytes, unsupported
 from autotune.train.strategy import Strategy
 from autotune.trial.runner import run_trial
@@ -23,7 +23,9 @@ MLP = ["model=custom", "model.target=tests.workloads:mlp", "+model.config.width=
 
 def plan_of(*overrides):
     overrides = (*MLP, *overrides)
-    return make_plan(OmegaConf.to_object(compose(*overrides)), frozenset(o.split("=")[0].lstrip("+~") for o in overrides))
+    return make_plan(
+        OmegaConf.to_object(compose(*overrides)), frozenset(o.split("=")[0].lstrip("+~") for o in overrides)
+    )
 
 
 def run_plan(plan, tmp_path, name, **state):

@@ -10,8 +10,8 @@ import optuna
 import pytest
 import torch
 
-from autotune.study.driver import IsolationError, measure_queue
 from autotune.search import QueueSearch
+from autotune.study.driver import IsolationError, measure_queue
 from autotune.train.strategy import Strategy, apply_checkpointing, forward_context
 from tests.conftest import ROOT, compose, trial_env
 from tests.trial.test_forkserver import SMALL_BERT
@@ -123,10 +123,18 @@ def test_only_a_clean_process_s_out_of_memory_prunes_others():
     from autotune.study.driver import oom_at_smaller_micro_batch
 
     study = optuna.create_study()
-    dist = {"checkpointing": CategoricalDistribution(["none", "full"]), "micro_batch": CategoricalDistribution([2, 4, 8])}
+    dist = {
+        "checkpointing": CategoricalDistribution(["none", "full"]),
+        "micro_batch": CategoricalDistribution([2, 4, 8]),
+    }
     for ckpt, clean in (("none", True), ("full", None)):  # "full" ran out of memory in an unchecked process
-        study.add_trial(optuna.trial.create_trial(
-            params={"checkpointing": ckpt, "micro_batch": 2}, distributions=dist,
-            user_attrs={"status": "oom", **({"clean_start": clean} if clean else {})}, state=optuna.trial.TrialState.FAIL))
+        study.add_trial(
+            optuna.trial.create_trial(
+                params={"checkpointing": ckpt, "micro_batch": 2},
+                distributions=dist,
+                user_attrs={"status": "oom", **({"clean_start": clean} if clean else {})},
+                state=optuna.trial.TrialState.FAIL,
+            )
+        )
     assert oom_at_smaller_micro_batch(study, {"checkpointing": "none", "micro_batch": 4}) is not None
     assert oom_at_smaller_micro_batch(study, {"checkpointing": "full", "micro_batch": 4}) is None

@@ -5,11 +5,10 @@ import math
 
 import pandas as pd
 import pytest
+import torch
 import yaml
 
 from autotune.scoring.score import Baseline, objective_value, speed_at_objective
-import torch
-
 from autotune.train.strategy import Strategy
 from autotune.train.workload import Workload
 from autotune.trial.fidelity import MAX_FIRST_STEPS, PROBE_STEPS, RACE_MIN_STEPS, probe_done, probe_steps, race_verdict
@@ -90,8 +89,16 @@ def test_a_raced_measurement_stops_once_its_interval_decides(tmp_path):
     assert [r["status"] for r in (far_above, far_below, unraced, tied)] == ["ok"] * 4
     assert (tied["race"], len(tied["step_times_s"]), tied["fidelity"]) == ("tied", 12, "full")
     # Decided at the first step the rule may decide on, not after the 30 asked for.
-    assert (far_above["race"], len(far_above["step_times_s"]), far_above["fidelity"]) == ("below", RACE_MIN_STEPS, "raced")
-    assert (far_below["race"], len(far_below["step_times_s"]), far_below["fidelity"]) == ("above", RACE_MIN_STEPS, "raced")
+    assert (far_above["race"], len(far_above["step_times_s"]), far_above["fidelity"]) == (
+        "below",
+        RACE_MIN_STEPS,
+        "raced",
+    )
+    assert (far_below["race"], len(far_below["step_times_s"]), far_below["fidelity"]) == (
+        "above",
+        RACE_MIN_STEPS,
+        "raced",
+    )
     assert "race" not in unraced and len(unraced["step_times_s"]) == 12 and unraced["fidelity"] == "full"
 
 

@@ -100,7 +100,7 @@ def test_a_sequence_of_trials_measures_what_fresh_processes_measure(tmp_path):
         forks.close()
     fresh = [run_trial(s, tmp_path / f"fresh{i}", 120, env=trial_env()) for i, s in enumerate(specs)]
     assert [r["status"] for r in forked] == [r["status"] for r in fresh] == ["ok"] * len(specs)
-    for (c, p, mb), f, n in zip(configs, forked, fresh):
+    for (c, p, mb), f, n in zip(configs, forked, fresh, strict=False):
         assert f["pid"] != n["pid"] and f["n_checkpointed"] == n["n_checkpointed"]
         # 1 %, or 1 MiB on these ~40 MiB CPU peaks: resident-set pages and malloc arenas differ
         # by a fraction of a MiB between processes (0.4 MiB seen in CI); carried-over memory

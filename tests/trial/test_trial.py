@@ -52,7 +52,10 @@ def test_full_checkpointing_lowers_cpu_peak_memory(tmp_path):
     ckpt = run(tmp_path, spec("full", mb=16, acc=1, config=cfg, seq_len=512), name="ckpt")
     assert plain["status"] == ckpt["status"] == "ok"
     assert ckpt["n_checkpointed"] == 8 and plain["n_checkpointed"] == 0
-    assert ckpt["peak_memory_gib"] < 0.85 * plain["peak_memory_gib"], (plain["peak_memory_gib"], ckpt["peak_memory_gib"])
+    assert ckpt["peak_memory_gib"] < 0.85 * plain["peak_memory_gib"], (
+        plain["peak_memory_gib"],
+        ckpt["peak_memory_gib"],
+    )
 
 
 def test_process_that_dies_without_result_is_crash(tmp_path):

@@ -17,25 +17,25 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from sqlalchemy.exc import SQLAlchemyError
 
-from autotune.store.claims import MAX_CUTS, given_up, params_of
-from autotune.study.driver import SEARCH_END_ATTR, IsolationError, ModelBuildError, run_study
-from autotune.store.table import CONFIGURATION_KEYS, left_out_note, trials_table
-from autotune.study.config import added_key_problems
-from autotune.study.plan import ConfigError, Plan, make_plan
-from autotune.results.page import write_report
+from autotune.results.changes import best_change, last_best, remember_best
 from autotune.results.headline import headline
 from autotune.results.outputs import summary, write_outputs
+from autotune.results.page import write_report
+from autotune.results.review import record_settings, scored_for_report
 from autotune.scoring.budgets import budgets_summary, budgets_table, per_budget
 from autotune.scoring.limits import limits_line
+from autotune.store.claims import MAX_CUTS, given_up, params_of
+from autotune.store.storage import StorageError, default_storage, open_study, redact, snapshot
+from autotune.store.table import CONFIGURATION_KEYS, left_out_note, trials_table
+from autotune.study.config import added_key_problems
+from autotune.study.driver import SEARCH_END_ATTR, IsolationError, ModelBuildError, run_study
 from autotune.study.fidelity import effort_line
-from autotune.train.device import environment
+from autotune.study.plan import ConfigError, Plan, make_plan
 from autotune.study.profile import profile_best
 from autotune.study.workers import start_workers, stop_workers, take_cpu_share, wait_workers
-from autotune.trial.runner import ForkServerError
 from autotune.system.safe_write import signals_deferred
-from autotune.results.changes import best_change, last_best, remember_best
-from autotune.results.review import record_settings, scored_for_report
-from autotune.store.storage import StorageError, default_storage, open_study, redact, snapshot
+from autotune.train.device import environment
+from autotune.trial.runner import ForkServerError
 
 log = logging.getLogger("autotune")
 
@@ -158,30 +158,36 @@ class _StopOnce:
         self.previous_hook(info)
 
     def __enter__(self):
+        if threading.current_thread() is not threading.main_thread():
+            return self  # only the main thread may set signal handlers: a run in a thread keeps the caller's
         self.previous = {s: signal.signal(s, self) for s in (signal.SIGINT, signal.SIGTERM)}
         self.previous_hook, sys.unraisablehook = sys.unraisablehook, self._unraisable
         return self
 
     def __exit__(self, *exc):
+        if not self.previous:
+            return
         for s, handler in self.previous.items():
             signal.signal(s, handler)
         sys.unraisablehook = self.previous_hook
 
 
-def tune(cfg: DictConfig, run_dir: Path, overrides=(), hydra_overrides=(), forks=None) -> int:
+def run(cfg: DictConfig, run_dir: Path, overrides=(), hydra_overrides=(), forks=None,
+        outcome: dict | None = None) -> int:
     """Run the whole loop; returns the process exit code. ``hydra_overrides`` (hydra.*
     settings such as a search path) are passed on to the other workers; ``forks``, a fork
-    server started early (cli.py), to the study."""
+    server started early (cli.py), to the study; ``outcome``, where given, gets the plan, the
+    tuned files written and the headline (api.py builds its result from them)."""
     with _StopOnce():
         try:
-            return _tune(cfg, run_dir, overrides, hydra_overrides, forks)
+            return _tune(cfg, run_dir, overrides, hydra_overrides, forks, {} if outcome is None else outcome)
         except KeyboardInterrupt:  # outside a trial and the outputs (a config check, a moment between)
             log.info("interrupted: no outputs were written; the trials that finished (if any) are in the study, and "
                      "the same command resumes it and writes them")
             return 130
 
 
-def _tune(cfg: DictConfig, run_dir: Path, overrides, hydra_overrides, forks) -> int:
+def _tune(cfg: DictConfig, run_dir: Path, overrides, hydra_overrides, forks, outcome: dict) -> int:
     started = time.monotonic()
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     added = added_key_problems(overrides)
@@ -197,6 +203,7 @@ def _tune(cfg: DictConfig, run_dir: Path, overrides, hydra_overrides, forks) -> 
                 else "; set it on the command line as key=value")
         log.error(f"invalid configuration: {e}{hint}")
         return 2
+    outcome["plan"] = plan
     _describe(plan)
     storage = plan.storage or default_storage(Path.cwd())
     # Into logs, report and best.yaml: each override quoted so that the line pastes into a shell.
@@ -252,14 +259,25 @@ def _tune(cfg: DictConfig, run_dir: Path, overrides, hydra_overrides, forks) -> 
         except StorageError as e:
             log.error(f"interrupted, and {e}")
             return 130
-    meta = {"started": started, "model": plan.model_name, "device_name": plan.device.name, "global_batch": plan.global_batch,
-            "seq_len": plan.seq_len, "budget_gib": plan.budget_gib, "budgets": plan.budgets,
-            "memory_cap_gib": plan.memory_cap_gib, "objective": plan.objective,
-            "torch": torch.__version__ + (f", CUDA {torch.version.cuda}" if torch.version.cuda else ""),
-            "command": command, "reductions": plan.reductions, **environment(plan.device),
-            "search_end": study.user_attrs.get(SEARCH_END_ATTR), "escalated": study.user_attrs.get("escalated")}
+    meta = {
+        "started": started,
+        "model": plan.model_name,
+        "device_name": plan.device.name,
+        "global_batch": plan.global_batch,
+        "seq_len": plan.seq_len,
+        "budget_gib": plan.budget_gib,
+        "budgets": plan.budgets,
+        "memory_cap_gib": plan.memory_cap_gib,
+        "objective": plan.objective,
+        "torch": torch.__version__ + (f", CUDA {torch.version.cuda}" if torch.version.cuda else ""),
+        "command": command,
+        "reductions": plan.reductions,
+        **environment(plan.device),
+        "search_end": study.user_attrs.get(SEARCH_END_ATTR),
+        "escalated": study.user_attrs.get("escalated"),
+    }
     try:
-        return _write_outputs(plan, study, run_dir, storage, meta, command, interrupted)
+        return _write_outputs(plan, study, run_dir, storage, meta, command, interrupted, outcome)
     except (StorageError, OSError) as e:  # a full disk, a folder made read-only meanwhile
         log.error(f"the outputs could not be written in {run_dir}: {e}. The study is intact in {redact(storage)}; "
                   f"once the cause is fixed, the same command resumes it and writes them all (python -m "
@@ -268,7 +286,7 @@ def _tune(cfg: DictConfig, run_dir: Path, overrides, hydra_overrides, forks) -> 
 
 
 def _write_outputs(plan: Plan, study, run_dir: Path, storage: str, meta: dict, command: str,
-                   interrupted: bool) -> int:
+                   interrupted: bool, outcome: dict) -> int:
     started = meta.pop("started")
     # A stop signal while the outputs are written waits for them (safe_write): they end whole.
     with signals_deferred() as stops:
@@ -296,6 +314,7 @@ def _write_outputs(plan: Plan, study, run_dir: Path, storage: str, meta: dict, c
         if not interrupted:
             remember_best(study, primary.scored, best, plan.scoring)
         files = write_outputs(run_dir, plan, results, command)
+        outcome.update(files=files, budgets=[r.budget_gib for r in results])
     interrupted = interrupted or bool(stops)
     if plan.profile and primary.best is not None and not interrupted:
         try:
@@ -316,8 +335,9 @@ def _write_outputs(plan: Plan, study, run_dir: Path, storage: str, meta: dict, c
         if len(results) > 1:
             log.info(budgets_summary(results))
         log.info(f"outputs: {run_dir}  (report: {report.name}, tuned config: {', '.join(files) or 'none'})")
-        log.info("\n" + "\n".join(headline(scored, best, baseline, plan.objective, plan.budget_gib, plan.global_batch,
-                                           plan.device.name)))
+        outcome["headline"] = headline(scored, best, baseline, plan.objective, plan.budget_gib, plan.global_batch,
+                                       plan.device.name)
+        log.info("\n" + "\n".join(outcome["headline"]))
     interrupted = interrupted or bool(stops)
     if interrupted:
         log.info(f"interrupted: the outputs cover the trials that finished. Run the same command again to "
@@ -327,6 +347,6 @@ def _write_outputs(plan: Plan, study, run_dir: Path, storage: str, meta: dict, c
     if lost:
         log.error(f"{len(lost)} configuration(s) were cut short {MAX_CUTS} times by a stopping driver and are given "
                   "up, never measured: " + "; ".join(f"trial {t.number} ({params_of(t)})" for t in lost)
-                  + f". The same command does not retry them again; study_name=NEW_NAME starts a study that does")
+                  + ". The same command does not retry them again; study_name=NEW_NAME starts a study that does")
         return 1
     return 0 if best is not None else 1

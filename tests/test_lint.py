@@ -1,0 +1,17 @@
+"""The linter's rules (pyproject.toml, [tool.ruff]) hold over the whole repository."""
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT
+
+
+def test_ruff_finds_nothing():
+    if shutil.which("ruff") is None and subprocess.run([sys.executable, "-m", "ruff", "--version"],
+                                                       capture_output=True).returncode != 0:
+        pytest.fail("ruff is not installed: pip install -e '.[test]' brings it")
+    out = subprocess.run([sys.executable, "-m", "ruff", "check", "autotune", "tests", "bench", "examples"],
+                         cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
