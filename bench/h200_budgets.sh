@@ -3,7 +3,7 @@
 # 16 GiB winner trained for 50 steps under the same cap (a simulated 16 GiB card).
 # Run from the project root on the device machine, after the wheel install line:
 #   bash bench/h200_budgets.sh OUT
-# Outputs land in OUT and are committed under docs/examples/bert-large-h200-budgets/.
+# Outputs land in OUT and are committed under benchmarks/bert-large-budgets-h200-2026-12-03/.
 set -u
 export PYTHONUNBUFFERED=1
 out=$1

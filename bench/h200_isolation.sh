@@ -11,7 +11,7 @@
 #       auto-bert-large-16/-40    python -m autotune model=bert-large budget_gib=16 (or 40)
 #       grid-bert-large-24        the same as auto-bert-large-24 with search=grid
 #       grid-bert-large-24-rest   the new-interpreter check of the committed grid run at 24 GiB
-#                                 (docs/gpu-runs/isolation-h200/grid-bert-large-24), resumed where
+#                                 (benchmarks/isolation-h200-2026-12-04/grid-bert-large-24), resumed where
 #                                 the device time ran out: the trials its isolation_check.json lacks
 #       control-grid-24           the control for the grid check's speed disagreements: each of
 #                                 those trials in two new interpreters, compared with each other
@@ -51,10 +51,10 @@ step() {
     auto-bert-large-40) tune_and_check "$1" no model=bert-large budget_gib=40 ;;
     grid-bert-large-24) tune_and_check "$1" yes model=bert-large budget_gib=24 search=grid ;;
     grid-bert-large-24-rest) mkdir -p $base/$1
-      cp -r docs/gpu-runs/isolation-h200/grid-bert-large-24 $base/$1/run
+      cp -r benchmarks/isolation-h200-2026-12-04/grid-bert-large-24 $base/$1/run
       python3 bench/isolation_check.py $base/$1/run --resume > $base/$1/check.log 2>&1 ;;
     control-grid-24) mkdir -p $base/$1
-      cp -r docs/gpu-runs/isolation-h200/grid-bert-large-24 $base/$1/run
+      cp -r benchmarks/isolation-h200-2026-12-04/grid-bert-large-24 $base/$1/run
       python3 bench/isolation_check.py $base/$1/run --control \
         --only "${ONLY:-005,010,020,026,037,038,041,043,047,007,023,045}" > $base/$1/check.log 2>&1 ;;
     grid-bert-large-budgets) tune_and_check "$1" no model=bert-large search=grid 'budget_gib=[16,24,40]' ;;

@@ -15,9 +15,9 @@ out=$2
 case "$1" in
   search)
     mkdir -p gpu-resume
-    # The partial H100 run's study (docs/gpu-runs/model-state-h100-2026-12-06): an H100 resumes
+    # The partial H100 run's study (benchmarks/model-state-h100-2026-12-06): an H100 resumes
     # it; on another card the study's name (it carries the device) differs and a new one starts.
-    [ -f gpu-resume/llama-1b.db ] || cp docs/gpu-runs/model-state-h100-2026-12-06/llama-1b.db gpu-resume/
+    [ -f gpu-resume/llama-1b.db ] || cp benchmarks/model-state-h100-2026-12-06/llama-1b.db gpu-resume/
     timeout $(($3 + 200)) python3 -m autotune experiment=llama_1b_16gib "search.timeout=$3" \
       storage=sqlite:///gpu-resume/llama-1b.db "hydra.run.dir=$out/llama-1b" 2>&1 \
       | tee "$out/llama-1b.log" | grep -v "^      \.\.\." | tail -60

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # search=auto on BERT-large under each memory budget given, on one NVIDIA H200, with the
-# space and settings of the committed grid run (docs/examples/bert-large-h200-budgets/:
+# space and settings of the committed grid run (benchmarks/bert-large-budgets-h200-2026-12-03/:
 # search_space=budgets, objective=throughput, no re-measurement), so
 # bench/search_h200_table.py can set auto's trials and wall time against the grid's.
 # Run from the project root on the device machine, after the wheel install line:

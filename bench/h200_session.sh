@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU commands behind docs/examples/bert-large-h200/, run on one NVIDIA H200 (the
+# The GPU commands behind benchmarks/bert-large-h200-2026-12-02/, run on one NVIDIA H200 (the
 # device machine), from the project root, after installing the missing wheels (see
 # README, "GPU"). Phases, so a long tuning run can span several calls of 10 minutes:
 #   bash bench/h200_session.sh tests OUT    # pytest -m gpu

@@ -3,7 +3,7 @@
 ``save_on_cpu(pin_memory=True)`` allocates a pinned host tensor for every tensor autograd
 saves and copies the activation into it. The first step pays for pinning all of them (the
 host caching allocator keeps them for later steps), which made offload's first step 7-20 s
-on the H200 of docs/examples/bert-large-h200-budgets. This times that pattern, in a fresh
+on the H200 of benchmarks/bert-large-budgets-h200-2026-12-03. This times that pattern, in a fresh
 process per allocator setting (the setting is read when CUDA starts):
 
 * cold: the first pass, every block new, as offload's first step;

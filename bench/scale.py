@@ -5,7 +5,7 @@
 
 A user's study grows past a grid when it is resumed, judged at several budgets, or shared
 by several drivers. This builds one: every trial a copy of a real one (the H100 BERT-large
-run in docs/gpu-runs/front-h100-2026-12-05, all of its ~50 recorded attributes), its
+run in benchmarks/front-h100-2026-12-05, all of its ~50 recorded attributes), its
 configuration and figures varied by a seeded random generator, ok and failed trials in
 the real run's proportions. Then it runs, as a user types them, in fresh processes:
 
@@ -34,7 +34,7 @@ from pathlib import Path
 import optuna
 
 ROOT = Path(__file__).resolve().parent.parent
-TEMPLATE = ROOT / "docs" / "gpu-runs" / "front-h100-2026-12-05" / "bert-large-24" / "study.db"
+TEMPLATE = ROOT / "benchmarks" / "front-h100-2026-12-05" / "bert-large-24" / "study.db"
 TARGETS = {"show_s": 5.0, "report_s": 15.0, "report_html_mb": 3.0}
 
 

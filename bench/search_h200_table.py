@@ -2,10 +2,10 @@
 
     python bench/search_h200_table.py [RUNS_DIR] [--out bench/results/search_h200.json]
 
-RUNS_DIR (default docs/examples/bert-large-h200-search/) holds the run directories that
+RUNS_DIR (default benchmarks/bert-large-search-h200-2026-12-03/) holds the run directories that
 bench/h200_search.sh made on the H200: auto-<budget>GiB (fresh trial processes, as the grid
 ran) and auto-<budget>GiB-<tag> (other settings, e.g. the warm worker). The grid is the
-committed H200 grid run docs/examples/bert-large-h200-budgets/ (same model, space, steps
+committed H200 grid run benchmarks/bert-large-budgets-h200-2026-12-03/ (same model, space, steps
 and objective; every configuration measured once in a fresh process); its trials and GPU
 time at each budget are what a grid run under that budget alone costs, as
 bench/search_replay.py counts them (a config above the budget costs its out-of-memory

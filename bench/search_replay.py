@@ -1,6 +1,6 @@
 """Replay benchmark: how many trials and how much GPU time each search strategy needs.
 
-Each recorded run (a trials table measured on real hardware, committed under docs/examples/)
+Each recorded run (a trials table measured on real hardware, committed under benchmarks/)
 is replayed with no GPU: a "trial" returns the recorded row of its configuration, and a
 memory budget below the recorded run's cap turns a config whose recorded device peak
 exceeds it into an out-of-memory trial that costs what the recorded one spent before its
@@ -47,12 +47,12 @@ from autotune.train.strategy import checkpoint_label  # noqa: E402
 
 RECORDED = {
     # name: (trials.csv, what it is)
-    "bert-large-h200-budgets": ("docs/examples/bert-large-h200-budgets/trials.csv",
+    "bert-large-h200-budgets": ("benchmarks/bert-large-budgets-h200-2026-12-03/trials.csv",
                                 "BERT-large, seq 512, global batch 64, bf16; ckpt none/0.5/full x offload x mb 16-64"),
-    "bert-large-h200-budgets-2026-12-07": ("docs/gpu-runs/budgets-h200-2026-12-07/budgets-grid/trials.csv",
+    "bert-large-h200-budgets-2026-12-07": ("benchmarks/budgets-h200-2026-12-07/budgets-grid/trials.csv",
                                            "the same space recorded again with the code of commit 81438d8 "
                                            "(fork isolation, 2 + 10 timed steps)"),
-    "bert-large-h200": ("docs/examples/bert-large-h200/trials.csv",
+    "bert-large-h200": ("benchmarks/bert-large-h200-2026-12-02/trials.csv",
                         "BERT-large, seq 512, global batch 64; ckpt none/full x fp32/bf16/fp16 x mb 4-64"),
 }
 BUDGETS = [16.0, 24.0, 40.0]

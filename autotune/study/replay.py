@@ -42,7 +42,7 @@ def _key(row: dict) -> tuple:
     return tuple(value_in(row, d.name) for d in searched())
 
 
-FORK_STARTUP_S = 0.2  # a forked trial's start-up on the H100 (docs/gpu-runs/front-h100-2026-12-05: 0.15-0.25 s)
+FORK_STARTUP_S = 0.2  # a forked trial's start-up on the H100 (benchmarks/front-h100-2026-12-05: 0.15-0.25 s)
 
 
 class Replay:

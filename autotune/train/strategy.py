@@ -214,7 +214,7 @@ def forward_context(strategy: Strategy, device_type: str, count_saved: list | No
 # Offload pins a host block for every tensor autograd saves; the first step pins them all (the
 # host caching allocator keeps them for later steps). cudaHostAlloc pins 16 GiB in 11.4 s on an
 # H200's host, malloc + cudaHostRegister on 8 threads in 2.6 s, at the same copy rate after
-# (bench/pinned_alloc.py, docs/gpu-runs/budgets-h200-2026-12-07): BERT-large's offload first
+# (bench/pinned_alloc.py, benchmarks/budgets-h200-2026-12-07): BERT-large's offload first
 # steps took 8-26 s with the former. The steps after are the same either way.
 PINNED_FAST = "pinned_use_cuda_host_register:True,pinned_num_register_threads:8"
 

@@ -38,7 +38,7 @@ PROBE_STEPS = 3  # timed steps of a probe: a median of three resists one outlier
 PROBE_ENOUGH_S = 1.0  # ...or fewer, where fewer take this long (slow steps: fp32, many micro-steps, offload)
 # One timed step shows no spread. Probes of two or three steps spread up to 27 % on an H100
 # (BERT-large, 16-bit at micro-batch 4 under checkpointing, commit c000c25) and 18 % (Llama,
-# docs/gpu-runs/fidelity-h100-2026-12-07/machine-a); one-step probes (fp32, steps over a
+# benchmarks/fidelity-h100-2026-12-07/machine-a); one-step probes (fp32, steps over a
 # second) read within 1.1 % of the grid's full figures there but one (-11 %, whose own
 # spread in the grid was 24 %).
 ONE_STEP_SPREAD = 0.25

@@ -50,7 +50,7 @@ def unimportable(module: str):
 
     With torchao installed, transformers imports it with any model (its quantizers), and
     torchao's import asks ``torch.utils._triton.has_triton()``, which reads the device's
-    properties and so starts CUDA (seen on the H100; ``docs/gpu-runs/model-state-h100-2026-12-06``).
+    properties and so starts CUDA (seen on the H100; ``benchmarks/model-state-h100-2026-12-06``).
     ``sys.modules[module] = None`` makes ``importlib.util.find_spec`` answer None, so
     transformers takes torchao for absent and skips it; a trial that needs torchao's
     optimizers imports it in its own child (0.5 s on a 2-core CPU), after its CUDA started.

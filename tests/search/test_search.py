@@ -309,7 +309,7 @@ def test_every_strategy_runs_end_to_end_and_resumes(tmp_path, search):
 @pytest.mark.parametrize("budget", [16.0, 40.0])
 def test_offload_families_are_probed_most_checkpointed_first_and_the_front_still_settles(budget, monkeypatch):
     """With offload on, checkpointing more blocks leaves less to copy and to pin (fact 3): on
-    the budgets table recorded on an H200 (docs/gpu-runs/budgets-h200-2026-12-07), full/offload
+    the budgets table recorded on an H200 (benchmarks/budgets-h200-2026-12-07), full/offload
     ran 94-161 samples/s with first steps of 1.8-2.7 s, none/offload 33-39 samples/s with
     first steps of 8-26 s. Probing the most checkpointed offload family first settles the
     low-memory end of the front, and the slow, costly ones need no probe at all."""
@@ -320,7 +320,7 @@ def test_offload_families_are_probed_most_checkpointed_first_and_the_front_still
     sys.path.insert(0, str(ROOT / "bench"))
     import search_replay
 
-    table = pd.read_csv(ROOT / "docs/gpu-runs/budgets-h200-2026-12-07/budgets-grid/trials.csv")
+    table = pd.read_csv(ROOT / "benchmarks/budgets-h200-2026-12-07/budgets-grid/trials.csv")
     seen = []
     replay_call = Replay.__call__
 
