@@ -190,18 +190,8 @@ def run(cfg: DictConfig, run_dir: Path, overrides=(), hydra_overrides=(), forks=
 def _tune(cfg: DictConfig, run_dir: Path, overrides, hydra_overrides, forks, outcome: dict) -> int:
     started = time.monotonic()
     optuna.logging.set_verbosity(optuna.logging.ERROR)
-    added = added_key_problems(overrides)
-    try:
-        plan = make_plan(_with_environment(OmegaConf.to_object(cfg)), _overridden_keys(overrides))
-        if added:
-            raise ConfigError(added)
-    except ConfigError as e:
-        log.error(str(ConfigError(added + [p for p in e.problems if p not in added])))
-        return 2
-    except OmegaConfBaseException as e:  # a missing mandatory value, for example
-        hint = ("; for model=custom pass model.target=package.module:build" if "target" in str(e)
-                else "; set it on the command line as key=value")
-        log.error(f"invalid configuration: {e}{hint}")
+    plan = _checked_plan(cfg, overrides)
+    if plan is None:
         return 2
     outcome["plan"] = plan
     _describe(plan)
@@ -216,27 +206,60 @@ def _tune(cfg: DictConfig, run_dir: Path, overrides, hydra_overrides, forks, out
     if plan.dry_run:
         log.info(dry_run_text(plan))
         line, wrong = check_build(plan)
-        if wrong:
-            log.error(line)
-            return 2
-        log.info(line)
-        return 0
-    interrupted = False
+        (log.error if wrong else log.info)(line)
+        return 2 if wrong else 0
+    ran = _run_the_study(plan, run_dir, storage, [*overrides, *hydra_overrides], forks)
+    if isinstance(ran, int):
+        return ran
+    study, interrupted = ran
+    meta = {"started": started, "model": plan.model_name, "device_name": plan.device.name,
+            "global_batch": plan.global_batch, "seq_len": plan.seq_len, "budget_gib": plan.budget_gib,
+            "budgets": plan.budgets, "memory_cap_gib": plan.memory_cap_gib, "objective": plan.objective,
+            "torch": torch.__version__ + (f", CUDA {torch.version.cuda}" if torch.version.cuda else ""),
+            "command": command, "reductions": plan.reductions, **environment(plan.device),
+            "search_end": study.user_attrs.get(SEARCH_END_ATTR), "escalated": study.user_attrs.get("escalated")}
+    try:
+        return _write_outputs(plan, study, run_dir, storage, meta, command, interrupted, outcome)
+    except (StorageError, OSError) as e:  # a full disk, a folder made read-only meanwhile
+        log.error(f"the outputs could not be written in {run_dir}: {e}. The study is intact in {redact(storage)}; "
+                  f"once the cause is fixed, the same command resumes it and writes them all (python -m "
+                  f"autotune.report STORAGE_URL --study '{plan.study_name}' --out DIR rebuilds the report alone)")
+        return 1
+
+
+def _checked_plan(cfg: DictConfig, overrides) -> Plan | None:
+    """The plan, or None with every problem logged (the command's exit code is then 2)."""
+    added = added_key_problems(overrides)
+    try:
+        plan = make_plan(_with_environment(OmegaConf.to_object(cfg)), _overridden_keys(overrides))
+        if added:
+            raise ConfigError(added)
+        return plan
+    except ConfigError as e:
+        log.error(str(ConfigError(added + [p for p in e.problems if p not in added])))
+    except OmegaConfBaseException as e:  # a missing mandatory value, for example
+        hint = ("; for model=custom pass model.target=package.module:build" if "target" in str(e)
+                else "; set it on the command line as key=value")
+        log.error(f"invalid configuration: {e}{hint}")
+    return None
+
+
+def _run_the_study(plan: Plan, run_dir: Path, storage: str, overrides: list, forks):
+    """(the study, whether a stop interrupted it), or the exit code of a failure, logged."""
     others = []
     try:
         if plan.workers > 1:
-            others = start_workers(plan.workers, [*overrides, *hydra_overrides], run_dir, plan.study_name, storage,
-                                   plan.device)
+            others = start_workers(plan.workers, overrides, run_dir, plan.study_name, storage, plan.device)
         # after starting the others: a process inherits the affinity it starts with
         cores = take_cpu_share(plan.workers, plan.device)
         if cores is not None:
             log.info(f"this worker runs on core(s) {', '.join(map(str, cores))}: each CPU worker has its own share")
         study = run_study(plan, run_dir, storage, forks=forks)
         wait_workers(others)  # they may still be finishing a re-measurement
+        return study, False
     except (StorageError, ModelBuildError, IsolationError, ForkServerError) as e:
         stop_workers(others)
         log.error(str(e))
-        return 2
     except (optuna.exceptions.StorageInternalError, SQLAlchemyError) as e:  # deleted, read-only, corrupt meanwhile
         stop_workers(others)
         cause = str(e.__cause__ or e).strip().splitlines()[0]
@@ -245,44 +268,31 @@ def _tune(cfg: DictConfig, run_dir: Path, overrides, hydra_overrides, forks, out
                   f"The trials that finished are in it if it is intact; the same command resumes study "
                   f"'{plan.study_name}' once it is back (the last snapshot in a run directory, study.db, can be "
                   "copied back)")
-        return 2
     except OSError as e:  # the run directory filled up or became unwritable
         stop_workers(others)
         log.error(f"cannot write {e.filename or run_dir} ({e.strerror or e}): free space or make it writable; the "
                   f"trials that finished are in study '{plan.study_name}', and the same command resumes it")
-        return 2
     except KeyboardInterrupt:  # the first stop; later ones are held by _StopOnce
-        interrupted = True
         stop_workers(others)
         try:
-            study = open_study(plan.study_name, storage, None)
+            return open_study(plan.study_name, storage, None), True
         except StorageError as e:
             log.error(f"interrupted, and {e}")
             return 130
-    meta = {
-        "started": started,
-        "model": plan.model_name,
-        "device_name": plan.device.name,
-        "global_batch": plan.global_batch,
-        "seq_len": plan.seq_len,
-        "budget_gib": plan.budget_gib,
-        "budgets": plan.budgets,
-        "memory_cap_gib": plan.memory_cap_gib,
-        "objective": plan.objective,
-        "torch": torch.__version__ + (f", CUDA {torch.version.cuda}" if torch.version.cuda else ""),
-        "command": command,
-        "reductions": plan.reductions,
-        **environment(plan.device),
-        "search_end": study.user_attrs.get(SEARCH_END_ATTR),
-        "escalated": study.user_attrs.get("escalated"),
-    }
-    try:
-        return _write_outputs(plan, study, run_dir, storage, meta, command, interrupted, outcome)
-    except (StorageError, OSError) as e:  # a full disk, a folder made read-only meanwhile
-        log.error(f"the outputs could not be written in {run_dir}: {e}. The study is intact in {redact(storage)}; "
-                  f"once the cause is fixed, the same command resumes it and writes them all (python -m "
-                  f"autotune.report STORAGE_URL --study '{plan.study_name}' --out DIR rebuilds the report alone)")
-        return 1
+    return 2
+
+
+def _say(plan: Plan, results, scored, meta: dict, took_s: float) -> None:
+    """The terminal's summary of a run: the trials, the best and why, the limits, the effort."""
+    primary = results[0]
+    log.info(summary(scored, primary.best, plan.objective, meta["why"]))
+    if meta["limits"]:
+        log.info(f"limits: {meta['limits']}")
+    log.info(meta["effort"] + f"; the run took {took_s:.0f} s")
+    if meta["change"]:
+        log.info(f"changed since the last run: {meta['change']}")
+    if len(results) > 1:
+        log.info(budgets_summary(results))
 
 
 def _write_outputs(plan: Plan, study, run_dir: Path, storage: str, meta: dict, command: str,
@@ -326,14 +336,7 @@ def _write_outputs(plan: Plan, study, run_dir: Path, storage: str, meta: dict, c
     with signals_deferred() as stops:
         report = write_report(run_dir, scored, best, baseline, meta,
                               budgets_table(results) if len(results) > 1 else None)
-        log.info(summary(scored, best, plan.objective, meta["why"]))
-        if meta["limits"]:
-            log.info(f"limits: {meta['limits']}")
-        log.info(meta["effort"] + f"; the run took {time.monotonic() - started:.0f} s")
-        if meta["change"]:
-            log.info(f"changed since the last run: {meta['change']}")
-        if len(results) > 1:
-            log.info(budgets_summary(results))
+        _say(plan, results, scored, meta, time.monotonic() - started)
         log.info(f"outputs: {run_dir}  (report: {report.name}, tuned config: {', '.join(files) or 'none'})")
         outcome["headline"] = headline(scored, best, baseline, plan.objective, plan.budget_gib, plan.global_batch,
                                        plan.device.name)

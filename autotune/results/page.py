@@ -53,14 +53,10 @@ def _pyplot():
     return plt
 
 
-def pareto_figure(scored: pd.DataFrame, best: int | None, budgets: list[float], baseline: Baseline,
-                  title: str):
-    """The Pareto plot as a matplotlib Figure (pareto.png)."""
-    fig, ax = _pyplot().subplots(figsize=(10, 5.2), dpi=110)
-    ok = scored[(scored["status"] == "ok") & np.isfinite(scored["peak_memory_gib"])].copy()
-    ok["checkpointing"] = ok["checkpointing"].map(checkpoint_label)
+def _draw_families(ax, ok: pd.DataFrame, fractions) -> None:
+    """One series per checkpointing / precision / offload: marker, colour and fill, with the
+    speed intervals as error bars; points over the budget drawn faint."""
     ok["offload"] = ok.get("offload", False)
-    fractions = _run_fractions(scored)
     for (ckpt, prec, offload), g in ok.groupby(["checkpointing", "precision", "offload"]):
         fits = g[g["fits_budget"]]
         over = g[~g["fits_budget"]]
@@ -75,6 +71,15 @@ def pareto_figure(scored: pd.DataFrame, best: int | None, budgets: list[float], 
         ax.errorbar(g["peak_memory_gib"], g["samples_per_s"], fmt="none", ecolor=colour, alpha=0.6, lw=1,
                     yerr=[(g["samples_per_s"] - g.get("samples_per_s_lo", g["samples_per_s"])).clip(lower=0),
                           (g.get("samples_per_s_hi", g["samples_per_s"]) - g["samples_per_s"]).clip(lower=0)])
+
+
+def pareto_figure(scored: pd.DataFrame, best: int | None, budgets: list[float], baseline: Baseline,
+                  title: str):
+    """The Pareto plot as a matplotlib Figure (pareto.png)."""
+    fig, ax = _pyplot().subplots(figsize=(10, 5.2), dpi=110)
+    ok = scored[(scored["status"] == "ok") & np.isfinite(scored["peak_memory_gib"])].copy()
+    ok["checkpointing"] = ok["checkpointing"].map(checkpoint_label)
+    _draw_families(ax, ok, _run_fractions(scored))
     noisy = ok[[plot_style.is_noisy(r) for r in ok[[c for c in ("noisy", "contended") if c in ok]].to_dict("records")]]
     if len(noisy):
         ax.scatter(noisy["peak_memory_gib"], noisy["samples_per_s"], s=170, facecolors="none",
@@ -339,27 +344,9 @@ def _effects_table(effects: pd.DataFrame) -> str:
     return f"<div class='scroll'><table id='effects'><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table></div>"
 
 
-def write_report(run_dir: Path, scored: pd.DataFrame, best: int | None, baseline: Baseline, meta: dict,
-                 per_budget: pd.DataFrame | None = None) -> Path:
-    """Write report.html and pareto.png into run_dir; returns the HTML path.
-
-    ``scored`` is scored at the primary budget; ``per_budget`` (several budgets) holds the
-    winner of each budget and why it won."""
-    title = f"{meta['model']} on {meta['device_name']} - global batch {meta['global_batch']}"
-    fig = pareto_figure(scored, best, meta["budgets"], baseline, title)
-    with replacing(run_dir / "pareto.png") as tmp:
-        fig.savefig(tmp)  # for terminals and READMEs; the page draws its own
-    _pyplot().close(fig)
-
+def _best_html(scored: pd.DataFrame, best: int | None, meta: dict) -> str:
+    """The best configuration and what the run says about it (or why there is none)."""
     esc = _esc
-    cols = [c for c in TABLE_COLUMNS if c in scored.columns]
-    shown = scored[plot_style.detailed(scored, best)]  # every trial, up to plot_style.DETAIL_LIMIT
-    front = scored[scored["on_pareto"]].sort_values("peak_memory_gib")[cols]
-    effects = strategy_effects(scored, meta["global_batch"])
-    skipped = scored[scored["status"] == "skipped"]
-    lead = headline(scored, best, baseline, meta["objective"], meta["budget_gib"], meta["global_batch"],
-                    str(meta.get("device_name", "")))
-    headline_html = ("<div class='headline'>" + "".join(f"<p>{esc(line)}</p>" for line in lead) + "</div>")
     if best is None:
         first, causes = no_best(scored)
         best_html = f"<p class='best'><b>{esc(first[0].upper() + first[1:])}.</b></p>" + (
@@ -398,6 +385,14 @@ def write_report(run_dir: Path, scored: pd.DataFrame, best: int | None, baseline
         best_html += f"<p class='escalated'><b>Escalated</b>: {esc(meta['escalated'])}.</p>"
     if meta.get("search_end"):
         best_html += f"<p class='search-end'><b>Search</b>: {esc(meta['search_end'])}.</p>"
+    return best_html
+
+
+def _notes(scored: pd.DataFrame, baseline: Baseline, meta: dict) -> list[str]:
+    """The report's notes, HTML: the baseline, caps, reductions, repeats, contention, noise,
+    disagreements, and what was skipped or pruned."""
+    esc = _esc
+    skipped = scored[scored["status"] == "skipped"]
     notes = [f"Baseline (none / fp32 / micro_batch = global batch): {esc(baseline.note)}."]
     if meta.get("left_out"):
         notes.append(esc(meta["left_out"]) + ".")
@@ -438,10 +433,15 @@ def write_report(run_dir: Path, scored: pd.DataFrame, best: int | None, baseline
     if len(pruned):
         notes.append(f"{len(pruned)} configuration(s) pruned, never run: the same strategy ran out of memory at a "
                      "smaller micro-batch (trials " + esc(_numbers(pruned["number"])) + ").")
-    budget_html = ""
-    if per_budget is not None:
-        budget_html = ("<h2>Best per budget</h2>\n<p>The same trials, judged against each budget (the table and "
-                       f"plot below use the first, {_num(meta['budget_gib'])} GiB).</p>\n" + _table(per_budget))
+    return notes
+
+
+def _page(title: str, meta: dict, headline_html: str, best_html: str, notes: list[str], budget_html: str,
+          front: pd.DataFrame, effects: pd.DataFrame, shown: pd.DataFrame, scored: pd.DataFrame, cols: list,
+          scored_svg: tuple) -> str:
+    """report.html from its parts."""
+    esc = _esc
+    pareto_svg, roi_svg = scored_svg
     run_line = (f"{esc(title)} - seq_len {esc(str(meta['seq_len']))} - budget "
                 f"{', '.join(_num(b, '.1f') for b in meta['budgets'])} GiB - device {esc(meta['device_name'])}"
                 + (" - torch " + esc(meta["torch"]) if meta.get("torch") else ""))
@@ -473,10 +473,10 @@ svg.plot {{ max-width: 100%; height: auto; }}
 {budget_html}
 <h2>Pareto plot: memory against throughput</h2>
 <p>Hover a point for its configuration. Up and left is better.</p>
-<div id="pareto-plot">{_pareto_svg(scored, best, baseline, meta)}</div>
+<div id="pareto-plot">{pareto_svg}</div>
 <h2>ROI against memory saved</h2>
 <p>ROI of each configuration that ran, against the memory it saves over the baseline.</p>
-<div id="roi-plot">{_roi_svg(scored, best)}</div>
+<div id="roi-plot">{roi_svg}</div>
 <h2>Pareto front</h2>
 {_table(front)}
 <h2>Strategy effects against none / fp32 (measured) beside common rules of thumb</h2>
@@ -494,6 +494,37 @@ by ({100 * MEMORY_NOISE:.0f} %). The rules of thumb are figures often quoted for
 <script>{SORT_SCRIPT}</script>
 </body></html>
 """
+    return page
+
+
+def write_report(run_dir: Path, scored: pd.DataFrame, best: int | None, baseline: Baseline, meta: dict,
+                 per_budget: pd.DataFrame | None = None) -> Path:
+    """Write report.html and pareto.png into run_dir; returns the HTML path.
+
+    ``scored`` is scored at the primary budget; ``per_budget`` (several budgets) holds the
+    winner of each budget and why it won."""
+    title = f"{meta['model']} on {meta['device_name']} - global batch {meta['global_batch']}"
+    fig = pareto_figure(scored, best, meta["budgets"], baseline, title)
+    with replacing(run_dir / "pareto.png") as tmp:
+        fig.savefig(tmp)  # for terminals and READMEs; the page draws its own
+    _pyplot().close(fig)
+
+    esc = _esc
+    cols = [c for c in TABLE_COLUMNS if c in scored.columns]
+    shown = scored[plot_style.detailed(scored, best)]  # every trial, up to plot_style.DETAIL_LIMIT
+    front = scored[scored["on_pareto"]].sort_values("peak_memory_gib")[cols]
+    effects = strategy_effects(scored, meta["global_batch"])
+    lead = headline(scored, best, baseline, meta["objective"], meta["budget_gib"], meta["global_batch"],
+                    str(meta.get("device_name", "")))
+    headline_html = ("<div class='headline'>" + "".join(f"<p>{esc(line)}</p>" for line in lead) + "</div>")
+    best_html = _best_html(scored, best, meta)
+    notes = _notes(scored, baseline, meta)
+    budget_html = ""
+    if per_budget is not None:
+        budget_html = ("<h2>Best per budget</h2>\n<p>The same trials, judged against each budget (the table and "
+                       f"plot below use the first, {_num(meta['budget_gib'])} GiB).</p>\n" + _table(per_budget))
+    page = _page(title, meta, headline_html, best_html, notes, budget_html, front, effects, shown, scored, cols,
+                 scored_svg=(_pareto_svg(scored, best, baseline, meta), _roi_svg(scored, best)))
     path = run_dir / "report.html"
     write_text(path, page)
     return path

@@ -47,10 +47,8 @@ def read_trials(study: optuna.Study) -> list:
     second (bench/scale.py). The trials are the ones ``get_trials`` returns
     (tests/store/test_claims.py compares the two); journal and in-memory storages use it.
     """
-    import json
 
     from optuna.storages import RDBStorage
-    from optuna.trial import FrozenTrial, TrialState
 
     storage = storage_of(study)
     backend = getattr(storage, "_backend", storage)  # _CachedStorage wraps the RDBStorage
@@ -79,8 +77,16 @@ def read_trials(study: optuna.Study) -> list:
         trials = rows_of("SELECT trial_id, number, state, datetime_start, datetime_complete FROM trials t" + where
                          + " ORDER BY trial_id")
         rows = {k: rows_of(q) for k, q in queries.items()}
+    return _frozen_trials(trials, rows)
+
+
+def _frozen_trials(trials: list, rows: dict) -> list:
+    """FrozenTrials from the rows of the trials table and of each attribute table."""
+    import json
+
     from optuna.distributions import json_to_distribution
     from optuna.storages._rdb.models import TrialIntermediateValueModel, TrialValueModel
+    from optuna.trial import FrozenTrial, TrialState
 
     dists: dict = {}
     params: dict = {t[0]: ({}, {}) for t in trials}

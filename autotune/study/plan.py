@@ -238,37 +238,75 @@ def default_study_name(model: str, space: str, budgets: list[float], measured: d
 
 
 def make_plan(cfg: TuneConfig, overridden: frozenset = frozenset()) -> Plan:
-    """Check ``cfg`` and resolve it; ``overridden`` holds the keys the user set explicitly."""
+    """Check ``cfg`` and resolve it; ``overridden`` holds the keys the user set explicitly.
+    Every problem is collected (each part below adds its own) and raised at once."""
     problems: list[str] = []
     device = None
     try:
         device = resolve_device(cfg.device)
     except ValueError as e:
         problems.append(str(e))
+    model_config, seq_len, global_batch, reductions = _reduced_for_cpu(cfg, device, overridden)
+    problems += _run_problems(cfg, seq_len, global_batch, device)
+    roi = {k: getattr(cfg.roi, k) for k in ("memory_price_per_gib_hour", "compute_price_per_hour", "workload_samples")}
+    problems += _roi_problems(roi)
+    budgets = _budgets(cfg.budget_gib, device, problems)
+    memory_cap = max(budgets) if cfg.budget_gib is not None and device is not None and device.kind == "cuda" \
+        and budgets else None
+    group = cfg.search_space
+    space = load_space(asdict(group) if is_dataclass(group) else OmegaConf.to_container(group), problems, overridden)
+    micro_batches = _micro_batches(space, global_batch, problems)
+    if device is not None and micro_batches and seq_len >= 1:
+        problems += _check_sequence(seq_len, min(micro_batches), model_config, device)
+    _check_builder(cfg.model._target_, problems,
+                   "model.target" if "model.target" in overridden and "model._target_" not in overridden
+                   else "model._target_")
+    group_opt = cfg.optimizer if isinstance(cfg.optimizer, dict) else OmegaConf.to_container(cfg.optimizer)
+    optimizer = _check_optimizer(group_opt, cfg.trial.lr, problems) if is_positive(cfg.trial.lr) else None
+    if problems:
+        raise ConfigError(problems)
+    setup = _setup(cfg, model_config, seq_len, global_batch, memory_cap, device, space, optimizer)
+    space_name = Path(cfg.search_space.path).stem if cfg.search_space.path else cfg.search_space.name
+    return _plan(cfg, device, model_config, seq_len, global_batch, budgets, memory_cap, space, space_name,
+                 micro_batches, roi, optimizer, reductions, setup)
 
+
+def _reduced_for_cpu(cfg: TuneConfig, device, overridden: frozenset) -> tuple:
+    """(model config, seq_len, global batch, what was reduced): a CPU run's smaller model
+    (``model.cpu``), except where the user set a key."""
     model_config = dict(cfg.model.config)
     seq_len, global_batch = cfg.seq_len, cfg.global_batch
     reductions: list[str] = []
-    if device is not None and device.kind == "cpu" and cfg.cpu_reduce:
-        for key, value in cfg.model.cpu.config.items():
-            if f"model.config.{key}" not in overridden and model_config.get(key) != value:
-                reductions.append(f"{key} {model_config.get(key)}->{value}")
-                model_config[key] = value
-        for key, value in (("seq_len", cfg.model.cpu.seq_len), ("global_batch", cfg.model.cpu.global_batch)):
-            if value is not None and key not in overridden and getattr(cfg, key) != value:
-                reductions.append(f"{key} {getattr(cfg, key)}->{value}")
-                if key == "seq_len":
-                    seq_len = value
-                else:
-                    global_batch = value
+    if device is None or device.kind != "cpu" or not cfg.cpu_reduce:
+        return model_config, seq_len, global_batch, reductions
+    for key, value in cfg.model.cpu.config.items():
+        if f"model.config.{key}" not in overridden and model_config.get(key) != value:
+            reductions.append(f"{key} {model_config.get(key)}->{value}")
+            model_config[key] = value
+    for key, value in (("seq_len", cfg.model.cpu.seq_len), ("global_batch", cfg.model.cpu.global_batch)):
+        if value is not None and key not in overridden and getattr(cfg, key) != value:
+            reductions.append(f"{key} {getattr(cfg, key)}->{value}")
+            if key == "seq_len":
+                seq_len = value
+            else:
+                global_batch = value
+    return model_config, seq_len, global_batch, reductions
 
+
+def _run_problems(cfg: TuneConfig, seq_len: int, global_batch: int, device) -> list[str]:
+    """The problems of the run's own keys: sizes, objective, trial and search settings."""
+    problems = []
     if global_batch < 1:
         problems.append(f"global_batch={global_batch}: must be a positive integer; e.g. global_batch=64")
     if seq_len < 1:
         problems.append(f"seq_len={seq_len}: must be a positive integer; e.g. seq_len=512")
     if cfg.objective not in OBJECTIVES:
         problems.append(f"objective={cfg.objective}: unknown objective; use one of {', '.join(OBJECTIVES)}")
-    t = cfg.trial
+    return problems + _trial_problems(cfg.trial) + _search_problems(cfg.search) + _check_workers(cfg.workers, device)
+
+
+def _trial_problems(t) -> list[str]:
+    problems = []
     if t.warmup_steps < 0:
         problems.append(f"trial.warmup_steps={t.warmup_steps}: must be >= 0; e.g. trial.warmup_steps=2")
     if t.measure_steps < 1:
@@ -278,22 +316,6 @@ def make_plan(cfg: TuneConfig, overridden: frozenset = frozenset()) -> Plan:
                         "or leave it unset to derive it from the steps")
     if t.repeats < 0:
         problems.append(f"trial.repeats={t.repeats}: must be >= 0 (0 turns re-measurement off); e.g. trial.repeats=1")
-    from autotune.search import STRATEGIES
-
-    sc = cfg.search
-    if sc.method not in STRATEGIES:
-        problems.append(f"search.method={sc.method}: unknown search; use search=NAME with NAME one of "
-                        f"{', '.join(STRATEGIES)}")
-    if sc.n_trials is not None and sc.n_trials < 1:
-        problems.append(f"search.n_trials={sc.n_trials}: must be >= 1, or null for no limit; e.g. search.n_trials=20")
-    if not 0 <= sc.front_resolution < 1:
-        problems.append(f"search.front_resolution={sc.front_resolution:g}: must be a fraction in [0, 1) "
-                        "(0 settles the objective only); e.g. search.front_resolution=0.1")
-    if sc.timeout is not None and not is_positive(sc.timeout):
-        problems.append(
-            f"search.timeout={sc.timeout:g}: must be > 0 seconds, or null for no limit; e.g. search.timeout=1800"
-        )
-    problems += _check_workers(cfg.workers, device)
     if t.isolation not in ISOLATIONS:
         problems.append(f"trial.isolation={t.isolation}: use fork (the default: each trial a child of a pre-imported "
                         "server) or fresh (a new interpreter per trial)")
@@ -307,89 +329,99 @@ def make_plan(cfg: TuneConfig, overridden: frozenset = frozenset()) -> Plan:
     if not t.min_measure_s >= 0:  # NaN fails too
         problems.append(f"trial.min_measure_s={t.min_measure_s}: must be a number of seconds >= 0; e.g. "
                         "trial.min_measure_s=5")
-    roi = {k: getattr(cfg.roi, k) for k in ("memory_price_per_gib_hour", "compute_price_per_hour", "workload_samples")}
+    if lr_problem(t.lr):
+        problems.append(f"trial.lr={t.lr}: {lr_problem(t.lr)}")
+    if not 0 <= t.seed < 2 ** 32:
+        problems.append(f"trial.seed={t.seed}: a seed must be in [0, 2^32 - 1]; e.g. trial.seed=0")
+    return problems
+
+
+def _search_problems(sc) -> list[str]:
+    from autotune.search import STRATEGIES
+
+    problems = []
+    if sc.method not in STRATEGIES:
+        problems.append(f"search.method={sc.method}: unknown search; use search=NAME with NAME one of "
+                        f"{', '.join(STRATEGIES)}")
+    if sc.n_trials is not None and sc.n_trials < 1:
+        problems.append(f"search.n_trials={sc.n_trials}: must be >= 1, or null for no limit; e.g. search.n_trials=20")
+    if not 0 <= sc.front_resolution < 1:
+        problems.append(f"search.front_resolution={sc.front_resolution:g}: must be a fraction in [0, 1) "
+                        "(0 settles the objective only); e.g. search.front_resolution=0.1")
+    if sc.timeout is not None and not is_positive(sc.timeout):
+        problems.append(f"search.timeout={sc.timeout:g}: must be > 0 seconds, or null for no limit; e.g. "
+                        "search.timeout=1800")
+    return problems
+
+
+def _roi_problems(roi: dict) -> list[str]:
+    problems = []
     for key in ("memory_price_per_gib_hour", "compute_price_per_hour"):
         if not (math.isfinite(roi[key]) and roi[key] >= 0):
             problems.append(f"roi.{key}={roi[key]}: a price must be a finite number >= 0; e.g. roi.{key}=0.5")
     if not is_positive(roi["workload_samples"]):
         problems.append(f"roi.workload_samples={roi['workload_samples']}: must be a finite number > 0 (samples the "
                         "whole job trains on); e.g. roi.workload_samples=1e8")
-    if lr_problem(t.lr):
-        problems.append(f"trial.lr={t.lr}: {lr_problem(t.lr)}")
-    if not 0 <= t.seed < 2 ** 32:
-        problems.append(f"trial.seed={t.seed}: a seed must be in [0, 2^32 - 1]; e.g. trial.seed=0")
+    return problems
 
+
+def _budgets(raw, device, problems: list[str]) -> list[float]:
+    """The budgets in GiB (the device's memory where none is given); problems appended."""
     budgets: list[float] = []
-    raw = cfg.budget_gib
+    if device is None:
+        return budgets
     is_list = isinstance(raw, (list, tuple))  # OmegaConf.to_object has made a ListConfig a list
     listed = list(raw) if is_list else [raw]
-    if device is not None:
-        if raw is None:
-            budgets = [device.memory_gib]
-        for b in ([] if raw is None else listed):
-            where = f"budget_gib={raw}" + (f" ({b})" if is_list else "")
-            problem = gib_problem(b)
-            if problem:
-                problems.append(f"{where}: {problem} or budget_gib=[16,24,40], or leave it unset")
-            elif b > device.memory_gib + 1e-9:
-                problems.append(f"{where}: above this device's memory ({device.memory_gib:.1f} GiB on "
-                                f"{device.name}); use a value <= {device.memory_gib:.1f} or leave it unset")
-            else:
-                budgets.append(float(b))
-        if raw is not None and not listed:
-            problems.append("budget_gib=[]: give at least one budget, e.g. budget_gib=[16,24], or leave it unset")
-        if len(set(budgets)) != len(budgets):
-            problems.append(f"budget_gib={raw}: a budget is listed twice; list each once")
-    budget = budgets[0] if budgets else None
-    capped = raw is not None and device is not None and device.kind == "cuda"
-    memory_cap = max(budgets) if capped and budgets else None
+    if raw is None:
+        return [device.memory_gib]
+    for b in listed:
+        where = f"budget_gib={raw}" + (f" ({b})" if is_list else "")
+        problem = gib_problem(b)
+        if problem:
+            problems.append(f"{where}: {problem} or budget_gib=[16,24,40], or leave it unset")
+        elif b > device.memory_gib + 1e-9:
+            problems.append(f"{where}: above this device's memory ({device.memory_gib:.1f} GiB on "
+                            f"{device.name}); use a value <= {device.memory_gib:.1f} or leave it unset")
+        else:
+            budgets.append(float(b))
+    if not listed:
+        problems.append("budget_gib=[]: give at least one budget, e.g. budget_gib=[16,24], or leave it unset")
+    if len(set(budgets)) != len(budgets):
+        problems.append(f"budget_gib={raw}: a budget is listed twice; list each once")
+    return budgets
 
-    group = cfg.search_space
-    space = load_space(asdict(group) if is_dataclass(group) else OmegaConf.to_container(group), problems, overridden)
-    space_name = Path(cfg.search_space.path).stem if cfg.search_space.path else cfg.search_space.name
-    micro_batches: list[int] = []
-    if space is not None and global_batch >= 1:
-        micro_batches = space.micro_batches(global_batch)
-        if not micro_batches:
-            problems.append(
-                f"search_space micro_batch bounds [{space.micro_batch_min}, {space.micro_batch_max}] leave no divisor "
-                f"of global_batch={global_batch}; use bounds that include one of "
-                f"{', '.join(map(str, divisors(global_batch)))}"
-            )
-    if micro_batches and global_batch // max(micro_batches) > MAX_ACCUMULATION:
+
+def _micro_batches(space, global_batch: int, problems: list[str]) -> list[int]:
+    """The space's micro-batches that divide the global batch; problems appended."""
+    if space is None or global_batch < 1:
+        return []
+    micro_batches = space.micro_batches(global_batch)
+    if not micro_batches:
+        problems.append(
+            f"search_space micro_batch bounds [{space.micro_batch_min}, {space.micro_batch_max}] leave no divisor "
+            f"of global_batch={global_batch}; use bounds that include one of "
+            f"{', '.join(map(str, divisors(global_batch)))}"
+        )
+    elif global_batch // max(micro_batches) > MAX_ACCUMULATION:
         problems.append(
             f"global_batch={global_batch}: even micro_batch={max(micro_batches)} needs "
             f"{global_batch // max(micro_batches)} accumulated micro-batches per optimizer step (at most "
             f"{MAX_ACCUMULATION}), so one trial would run for hours; lower global_batch or raise the search "
             "space's micro_batch.max"
         )
-    if device is not None and micro_batches and seq_len >= 1:
-        problems += _check_sequence(seq_len, min(micro_batches), model_config, device)
-    _check_builder(cfg.model._target_, problems,
-                   "model.target" if "model.target" in overridden and "model._target_" not in overridden
-                   else "model._target_")
-    group_opt = cfg.optimizer if isinstance(cfg.optimizer, dict) else OmegaConf.to_container(cfg.optimizer)
-    optimizer = _check_optimizer(group_opt, t.lr, problems) if is_positive(t.lr) else None
+    return micro_batches
 
-    if problems:
-        raise ConfigError(problems)
+
+def _setup(cfg: TuneConfig, model_config: dict, seq_len: int, global_batch: int, memory_cap, device, space,
+           optimizer) -> dict:
+    """What decides the measurements: its digest names the study, so a changed setup starts its own."""
+    t = cfg.trial
     # format 2: studies with two objectives (samples/s, peak memory); format 3: every trial
     # in a fresh process (a format-2 study may hold warm-worker figures, which were wrong)
-    measured = {
-        "format": 3,
-        "target": cfg.model._target_,
-        "config": model_config,
-        "seq_len": seq_len,
-        "memory_cap_gib": memory_cap,
-        "global_batch": global_batch,
-        "device": device.name,
-        "space": space.grid(global_batch),
-        "warmup": t.warmup_steps,
-        "measure": t.measure_steps,
-        "min_measure_s": t.min_measure_s,
-        "lr": t.lr,
-        "seed": t.seed,
-    }
+    measured = {"format": 3, "target": cfg.model._target_, "config": model_config, "seq_len": seq_len,
+                "memory_cap_gib": memory_cap, "global_batch": global_batch, "device": device.name,
+                "space": space.grid(global_batch), "warmup": t.warmup_steps, "measure": t.measure_steps,
+                "min_measure_s": t.min_measure_s, "lr": t.lr, "seed": t.seed}
     if t.fidelity != "full":  # probes measure speed differently: their study is not a full one's
         measured["fidelity"] = t.fidelity
     if t.cpu_threads != "auto" and device.kind == "cpu":  # a fixed thread count measures other speeds
@@ -397,45 +429,23 @@ def make_plan(cfg: TuneConfig, overridden: frozenset = frozenset()) -> Plan:
     if optimizer is not None and optimizer != OptimizerSpec(kwargs={"weight_decay": 0.01}):
         # only a non-default optimizer joins the digest, so studies of earlier runs keep their names
         measured["optimizer"] = {"target": optimizer.target, "kwargs": optimizer.kwargs}
+    return measured
+
+
+def _plan(cfg: TuneConfig, device, model_config, seq_len, global_batch, budgets, memory_cap, space, space_name,
+          micro_batches, roi, optimizer, reductions, setup) -> Plan:
+    t, sc = cfg.trial, cfg.search
     return Plan(
-        model_name=cfg.model.name,
-        model_target=cfg.model._target_,
-        model_config=model_config,
-        seq_len=seq_len,
-        global_batch=global_batch,
-        device=device,
-        budget_gib=float(budget),
-        budget_is_device_memory=cfg.budget_gib is None,
-        budgets=budgets,
-        memory_cap_gib=memory_cap,
-        space=space,
-        space_name=space_name,
-        micro_batches=micro_batches,
-        objective=cfg.objective,
-        roi=roi,
-        warmup_steps=t.warmup_steps,
-        measure_steps=t.measure_steps,
-        repeats=t.repeats,
-        lr=t.lr,
-        seed=t.seed,
-        timeout_s=t.timeout_s
-        if t.timeout_s is not None
-        else default_timeout(t.warmup_steps, t.measure_steps, t.min_measure_s),
-        study_name=cfg.study_name or default_study_name(cfg.model.name, space_name, budgets, measured),
-        storage=cfg.storage,
-        reductions=reductions,
-        search=sc.method,
-        n_trials=sc.n_trials,
-        search_timeout_s=sc.timeout,
-        front_resolution=sc.front_resolution,
-        optimizer=optimizer,
-        escalate=sc.escalate and space.activation_only,
-        isolation=t.isolation,
-        cpu_threads=t.cpu_threads,
-        min_measure_s=t.min_measure_s,
-        fidelity=t.fidelity,
-        profile=cfg.profile,
-        dry_run=cfg.dry_run,
-        setup=measured,
-        workers=worker_count(cfg.workers, device),
-    )
+        model_name=cfg.model.name, model_target=cfg.model._target_, model_config=model_config, seq_len=seq_len,
+        global_batch=global_batch, device=device, budget_gib=float(budgets[0]),
+        budget_is_device_memory=cfg.budget_gib is None, budgets=budgets, memory_cap_gib=memory_cap, space=space,
+        space_name=space_name, micro_batches=micro_batches, objective=cfg.objective, roi=roi,
+        warmup_steps=t.warmup_steps, measure_steps=t.measure_steps, repeats=t.repeats, lr=t.lr, seed=t.seed,
+        timeout_s=(t.timeout_s if t.timeout_s is not None
+                   else default_timeout(t.warmup_steps, t.measure_steps, t.min_measure_s)),
+        study_name=cfg.study_name or default_study_name(cfg.model.name, space_name, budgets, setup),
+        storage=cfg.storage, reductions=reductions, search=sc.method, n_trials=sc.n_trials,
+        search_timeout_s=sc.timeout, front_resolution=sc.front_resolution, optimizer=optimizer,
+        escalate=sc.escalate and space.activation_only, isolation=t.isolation, cpu_threads=t.cpu_threads,
+        min_measure_s=t.min_measure_s, fidelity=t.fidelity, profile=cfg.profile, dry_run=cfg.dry_run,
+        setup=setup, workers=worker_count(cfg.workers, device))

@@ -14,7 +14,9 @@ import os
 import sys
 import time
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch  # noqa: E402
 
@@ -28,7 +30,7 @@ from autotune.trial import clean_start  # noqa: E402
 from autotune.trial.clean_start import DirtyStart, check_clean_start, track  # noqa: E402
 from autotune.trial.contention import Contention  # noqa: E402
 from autotune.trial.contract import TrialResult, TrialSpec  # noqa: E402
-from autotune.trial.fidelity import (  # noqa: E402  # noqa: E402
+from autotune.trial.fidelity import (  # noqa: E402
     FIRST_MICRO_STEPS,
     MAX_FIRST_STEPS,
     ONE_STEP_SPREAD,
@@ -171,14 +173,11 @@ def run(spec) -> dict:
     strategy = Strategy(**spec.strategy)
     device = spec.device
     device_type = "cuda" if device.startswith("cuda") else "cpu"
-    sync = torch.cuda.synchronize if device_type == "cuda" else (lambda: None)
     if device_type == "cpu" and spec.cpu_threads:  # study/threads.py: a busy CPU's free cores
         torch.set_num_threads(spec.cpu_threads)
-    timings = {}
+    timings: dict = {}
     progress = TrialProgress(Path(spec.result).with_name(PROGRESS_FILE) if spec.result else None)
-
     builder = resolve_builder(spec.model.target)
-    opt_spec = optim.OptimizerSpec(**spec.optimizer)
     if optim.needs_torchao(strategy):
         import torchao.optim  # noqa: F401  (imported before the baseline: an import is not the trial's memory)
     probe = memory_probe(device)  # after imports (and CUDA start-up), before the model
@@ -186,12 +185,32 @@ def run(spec) -> dict:
     limits = probe.limit(spec.memory_cap_gib) if device_type == "cuda" else {}
     # From the driver's launch (interpreter, imports, CUDA context) to here.
     timings["startup_s"] = time.time() - (spec.launched_at or time.time())
+    built = _build(spec, strategy, builder, device_type, progress, timings)
+    if isinstance(built, dict):
+        return built  # skipped
+    trial = _Trial(spec, strategy, device_type, *built, probe, progress, timings)
+    memory = trial.settle_memory()
+    window = trial.timed_window(memory is None)
+    result = trial.result(window, memory, limits)
+    if result["status"] == "ok":
+        trial.add_bounds(result)
+    steps = window["step_times"]
+    result.update(step_time_stats(steps, strategy.global_batch))
+    if len(steps) == 1:  # one step shows no spread: a probe's is assumed (trial/fidelity.py)
+        result.update(time_spread=ONE_STEP_SPREAD, spread_assumed=True)
+    result["memory_growth_gib"] = memory_growth_gib(window["in_use"])
+    return result
 
+
+def _build(spec: TrialSpec, strategy: Strategy, builder, device_type: str, progress, timings: dict):
+    """(workload, optimizer, scaler, batch, blocks checkpointed) with the strategy applied, or
+    the result of a trial skipped because the model or optimizer cannot take it."""
+    sync = torch.cuda.synchronize if device_type == "cuda" else (lambda: None)
     t = time.perf_counter()
     progress.say("building the model", "build")
     torch.manual_seed(spec.seed)
     try:
-        workload = builder(device=device, seq_len=spec.seq_len, **spec.model.config)
+        workload = builder(device=spec.device, seq_len=spec.seq_len, **spec.model.config)
     except torch.OutOfMemoryError:
         raise
     except Exception as e:
@@ -205,6 +224,7 @@ def run(spec) -> dict:
         return {"status": "skipped", "cause": f"checkpointing={strategy.checkpointing} was asked for, but the model "
                 "exposes no blocks: give Workload(blocks=[...]) the repeated layers to checkpoint"}
     n_ckpt = apply_checkpointing(workload.blocks, strategy.checkpointing)
+    opt_spec = optim.OptimizerSpec(**spec.optimizer)
     why_not = optim.unsupported(strategy, opt_spec, custom_factory=workload.optimizer is not None)
     if why_not:
         return {"status": "skipped", "cause": why_not}
@@ -213,119 +233,159 @@ def run(spec) -> dict:
     apply_declared(workload.model, strategy)
     optimizer = optim.build(workload.model.parameters(), strategy, opt_spec, spec.lr, workload.optimizer)
     scaler = make_scaler(strategy.precision, device_type)
-    batch = workload.make_batch(strategy.micro_batch, torch.device(device))
+    batch = workload.make_batch(strategy.micro_batch, torch.device(spec.device))
     sync()
     timings["build_s"] = time.perf_counter() - t
+    return workload, optimizer, scaler, batch, n_ckpt
 
-    def step() -> float:
-        return float(optimizer_step(workload, batch, strategy, optimizer, scaler, device_type))  # synchronises
 
-    memory = None
-    if spec.fidelity == "probe" or probe.separate_window:  # the optimizer state, before the memory window
-        progress.say("first step (creates the optimizer state)", "first")
-        t = time.perf_counter()
-        if spec.fidelity == "probe":  # trial/fidelity.py: a short first step settles the state
-            timings["first_steps"] = first_steps(workload, batch, strategy, optimizer, scaler, device_type)
-        else:  # CPU, a full measurement: one whole step before the memory step
-            step()
-        timings["first_step_s"] = time.perf_counter() - t
-    if probe.separate_window:  # CPU: the memory step
-        tensors = sum(optim.tensor_bytes(v) for v in [*workload.model.parameters(), *workload.model.buffers(),
-                                                       *optim.state_tensors(optimizer), *batch_tensors(batch)])
-        progress.say("memory step", "memory")
+@dataclass
+class _Trial:
+    """One built trial: its steps, its memory window and its timed window."""
+
+    spec: TrialSpec
+    strategy: Strategy
+    device_type: str
+    workload: Workload
+    optimizer: Any
+    scaler: Any
+    batch: Any
+    n_ckpt: int
+    probe: Any
+    progress: TrialProgress
+    timings: dict
+
+    def sync(self) -> None:
+        if self.device_type == "cuda":
+            torch.cuda.synchronize()
+
+    def step(self) -> float:
+        return float(optimizer_step(self.workload, self.batch, self.strategy, self.optimizer, self.scaler,
+                                    self.device_type))  # synchronises
+
+    def settle_memory(self):
+        """The optimizer state created before the memory window (a probe's short first step,
+        or on CPU one whole step), then on CPU the memory step; its figures, or None where
+        the timed window measures memory (CUDA)."""
+        spec, probe = self.spec, self.probe
+        if spec.fidelity == "probe" or probe.separate_window:
+            self.progress.say("first step (creates the optimizer state)", "first")
+            t = time.perf_counter()
+            if spec.fidelity == "probe":  # trial/fidelity.py: a short first step settles the state
+                self.timings["first_steps"] = first_steps(self.workload, self.batch, self.strategy, self.optimizer,
+                                                          self.scaler, self.device_type)
+            else:  # CPU, a full measurement: one whole step before the memory step
+                self.step()
+            self.timings["first_step_s"] = time.perf_counter() - t
+        if not probe.separate_window:
+            return None
+        model = self.workload.model
+        tensors = sum(optim.tensor_bytes(v) for v in [*model.parameters(), *model.buffers(),
+                                                       *optim.state_tensors(self.optimizer),
+                                                       *batch_tensors(self.batch)])
+        self.progress.say("memory step", "memory")
         probe.start_window(tensors)  # what else is resident is not counted (measure.py)
-        step()
-        memory = probe.end_window()
+        self.step()
+        return probe.end_window()
 
-    warmup, measure, min_measure_s = spec.warmup_steps, spec.measure_steps, spec.min_measure_s
-    if spec.fidelity == "probe":  # settled: the timed steps (CUDA: and the memory window) begin
-        warmup, measure, min_measure_s = 0, PROBE_STEPS, 0.0
-    # At least `measure` timed steps and at least `min_measure_s` seconds of them (as
-    # torch.utils.benchmark's blocked_autorange does), at most MAX_MEASURE_STEPS; a raced
-    # full measurement stops once its interval settles its verdict (trial/fidelity.py).
-    race = None
-    step_times, losses, in_use = [], [], []
-    status, cause = "ok", None
-    profiler = None
-    contention = Contention(getattr(probe, "handle", None))
-    i = 0
-    while i < warmup + measure or (sum(step_times) < min_measure_s and len(step_times) < MAX_MEASURE_STEPS):
-        if i == warmup and spec.profile_dir:
-            profiler = start_profiler(device_type)
-        if i == warmup and memory is None:
-            probe.start_window()
-        if i == warmup:
-            contention.start()
-        progress.say(f"warm-up step {i + 1} of {warmup}" if i < warmup else
-                     f"timed step {i - warmup + 1} of at least {measure}"
-                     + (f" and {min_measure_s:g} s" if min_measure_s else ""), "warm-up" if i < warmup else "timed")
-        sync()
-        t = time.perf_counter()
-        loss = step()
-        sync()
-        dt = time.perf_counter() - t
-        timings.setdefault("first_step_s", dt)
-        if i >= warmup:
-            step_times.append(dt)
-            losses.append(loss)
-            in_use.append(probe.in_use())
-            if not math.isfinite(loss):
-                status, cause = "nan", f"non-finite loss {loss} at measured step {i - warmup}"
+    def timed_window(self, memory_in_window: bool) -> dict:
+        """The timed steps: at least ``measure`` of them and at least ``min_measure_s`` seconds
+        (as torch.utils.benchmark's blocked_autorange does), at most MAX_MEASURE_STEPS; a raced
+        full measurement stops once its interval settles its verdict (trial/fidelity.py)."""
+        spec, probe = self.spec, self.probe
+        warmup, measure, min_measure_s = spec.warmup_steps, spec.measure_steps, spec.min_measure_s
+        if spec.fidelity == "probe":  # settled: the timed steps (CUDA: and the memory window) begin
+            warmup, measure, min_measure_s = 0, PROBE_STEPS, 0.0
+        w = {"step_times": [], "losses": [], "in_use": [], "status": "ok", "cause": None, "race": None}
+        profiler = None
+        contention = Contention(getattr(probe, "handle", None))
+        i = 0
+        while i < warmup + measure or (sum(w["step_times"]) < min_measure_s
+                                       and len(w["step_times"]) < MAX_MEASURE_STEPS):
+            if i == warmup:
+                profiler = start_profiler(self.device_type) if spec.profile_dir else None
+                if memory_in_window:
+                    probe.start_window()
+                contention.start()
+            self.progress.say(f"warm-up step {i + 1} of {warmup}" if i < warmup else
+                              f"timed step {i - warmup + 1} of at least {measure}"
+                              + (f" and {min_measure_s:g} s" if min_measure_s else ""),
+                              "warm-up" if i < warmup else "timed")
+            self.sync()
+            t = time.perf_counter()
+            loss = self.step()
+            self.sync()
+            dt = time.perf_counter() - t
+            self.timings.setdefault("first_step_s", dt)
+            if i >= warmup and self._timed(w, dt, loss, i - warmup, measure):
                 break
-            race = race_verdict(step_times, strategy.global_batch, spec.race_speed, measure)
-            if race in ("below", "above"):
-                break  # decided; a tie goes on to the whole window, so that it may be named best as it is
-            if spec.fidelity == "probe" and probe_done(step_times):
-                break  # slow steps: fewer of them say what a probe must
-        i += 1
-    timings["measured_s"] = sum(step_times)
-    load = contention.finish() if step_times else {}
-    if profiler is not None:
-        profiler.__exit__(None, None, None)
-        write_profile(profiler, Path(spec.profile_dir), device_type)
-    measured_memory = memory or probe.finish()  # before anything below can touch the allocator
-    # What no micro-batch changes: parameters, their gradients and the optimizer's state
-    # (the floor of the memory line the auto search fits).
-    tensors = list(workload.model.parameters()) + optim.state_tensors(optimizer)
-    static_bytes = sum(optim.tensor_bytes(t) for t in tensors) + sum(
-        p.numel() * p.element_size() for p in workload.model.parameters() if p.requires_grad)
-    timings["total_s"] = time.time() - (spec.launched_at or time.time())
+            i += 1
+        self.timings["measured_s"] = sum(w["step_times"])
+        w["load"] = contention.finish() if w["step_times"] else {}
+        if profiler is not None:
+            profiler.__exit__(None, None, None)
+            write_profile(profiler, Path(spec.profile_dir), self.device_type)
+        return w
 
-    result = {"status": status, "cause": cause, "device": device_type, "n_checkpointed": n_ckpt,
-              "n_blocks": len(workload.blocks), "losses": losses, "step_times_s": step_times, "timings": timings,
-              "allocator_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""), "static_gib": static_bytes / 2**30,
-              "optimizer": type(optimizer).__name__, "numerics": ", ".join(optim.changes_numerics(strategy)),
-              **({"cpu_threads": torch.get_num_threads()} if device_type == "cpu" else {}),
-              "fidelity": "raced" if race in ("below", "above") else spec.fidelity, **limits, **load}
-    if spec.race_speed:
-        result["race"] = race or "open"
-    result.update(measured_memory)
-    if status == "ok" and spec.offload_bound:
-        # For search=auto's bound on offload (fact 6), after the measurement so that nothing
-        # here can change it: the bytes offload would copy, and the link it would copy over.
-        # A CPU probe skips it: offload runs on CUDA only, and a probe's cost is what it is for.
-        progress.say("counting saved bytes (for the offload bound)", "after")
-        try:
-            if not strategy.offload and (device_type == "cuda" or spec.fidelity == "full"):
-                result.update(saved_bytes(workload, strategy, torch.device(device), device_type))
-            if device_type == "cuda":
-                result["host_link_gib_s"] = host_link_gib_s(probe.index)
-        except Exception as e:  # only a bound is lost: the trial measured what it had to
-            print(f"saved-bytes count or host-link probe failed, no offload bound from this trial: "
-                  f"{type(e).__name__}: {e}", file=sys.stderr)
-    if (
-        status == "ok" and spec.fidelity == "full"
-    ):  # for the MFU (scoring/limits.py): the model's work, any configuration
-        try:
-            result["flops_per_sample"] = flops_per_sample(workload, strategy, torch.device(device), device_type)
-        except Exception as e:  # only the MFU is lost; the table says why
-            result["flops_error"] = f"{type(e).__name__}: {str(e)[:300]}"
-            print(f"flop count failed, no MFU from this trial: {type(e).__name__}: {e}", file=sys.stderr)
-    result.update(step_time_stats(step_times, strategy.global_batch))
-    if len(step_times) == 1:  # one step shows no spread: a probe's is assumed (trial/fidelity.py)
-        result.update(time_spread=ONE_STEP_SPREAD, spread_assumed=True)
-    result["memory_growth_gib"] = memory_growth_gib(in_use)
-    return result
+    def _timed(self, w: dict, dt: float, loss: float, k: int, measure: int) -> bool:
+        """Record timed step ``k``; whether the window ends here."""
+        w["step_times"].append(dt)
+        w["losses"].append(loss)
+        w["in_use"].append(self.probe.in_use())
+        if not math.isfinite(loss):
+            w["status"], w["cause"] = "nan", f"non-finite loss {loss} at measured step {k}"
+            return True
+        w["race"] = race_verdict(w["step_times"], self.strategy.global_batch, self.spec.race_speed, measure)
+        if w["race"] in ("below", "above"):
+            return True  # decided; a tie goes on to the whole window, so that it may be named best as it is
+        return self.spec.fidelity == "probe" and probe_done(w["step_times"])  # slow steps: fewer say enough
+
+    def result(self, w: dict, memory, limits: dict) -> dict:
+        spec, strategy, workload = self.spec, self.strategy, self.workload
+        measured_memory = memory or self.probe.finish()  # before anything below can touch the allocator
+        # What no micro-batch changes: parameters, their gradients and the optimizer's state
+        # (the floor of the memory line the auto search fits).
+        tensors = list(workload.model.parameters()) + optim.state_tensors(self.optimizer)
+        static_bytes = sum(optim.tensor_bytes(t) for t in tensors) + sum(
+            p.numel() * p.element_size() for p in workload.model.parameters() if p.requires_grad)
+        self.timings["total_s"] = time.time() - (spec.launched_at or time.time())
+        race = w["race"]
+        result = {"status": w["status"], "cause": w["cause"], "device": self.device_type,
+                  "n_checkpointed": self.n_ckpt, "n_blocks": len(workload.blocks), "losses": w["losses"],
+                  "step_times_s": w["step_times"], "timings": self.timings,
+                  "allocator_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""), "static_gib": static_bytes / 2**30,
+                  "optimizer": type(self.optimizer).__name__,
+                  "numerics": ", ".join(optim.changes_numerics(strategy)),
+                  **({"cpu_threads": torch.get_num_threads()} if self.device_type == "cpu" else {}),
+                  "fidelity": "raced" if race in ("below", "above") else spec.fidelity, **limits, **w["load"]}
+        if spec.race_speed:
+            result["race"] = race or "open"
+        result.update(measured_memory)
+        return result
+
+    def add_bounds(self, result: dict) -> None:
+        """After the measurement, so that nothing here can change it: for search=auto's bound
+        on offload (fact 6) the bytes offload would copy and the link it would copy over (a
+        CPU probe skips it: offload runs on CUDA only, and a probe's cost is what it is for);
+        for the MFU (scoring/limits.py) the model's work."""
+        spec, strategy, device_type = self.spec, self.strategy, self.device_type
+        device = torch.device(spec.device)
+        if spec.offload_bound:
+            self.progress.say("counting saved bytes (for the offload bound)", "after")
+            try:
+                if not strategy.offload and (device_type == "cuda" or spec.fidelity == "full"):
+                    result.update(saved_bytes(self.workload, strategy, device, device_type))
+                if device_type == "cuda":
+                    result["host_link_gib_s"] = host_link_gib_s(self.probe.index)
+            except Exception as e:  # only a bound is lost: the trial measured what it had to
+                print(f"saved-bytes count or host-link probe failed, no offload bound from this trial: "
+                      f"{type(e).__name__}: {e}", file=sys.stderr)
+        if spec.fidelity == "full":
+            try:
+                result["flops_per_sample"] = flops_per_sample(self.workload, strategy, device, device_type)
+            except Exception as e:  # only the MFU is lost; the table says why
+                result["flops_error"] = f"{type(e).__name__}: {str(e)[:300]}"
+                print(f"flop count failed, no MFU from this trial: {type(e).__name__}: {e}", file=sys.stderr)
 
 
 class BuildError(RuntimeError):
