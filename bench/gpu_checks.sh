@@ -3,6 +3,7 @@
 # (README, "GPU"); each part fits one 10-minute call:
 #   bash bench/gpu_checks.sh core OUT          # pytest -m gpu tests/test_gpu.py
 #   bash bench/gpu_checks.sh model-state OUT   # pytest -m gpu tests/test_gpu_model_state.py
+#   K="probe or oom" bash bench/gpu_checks.sh core OUT   # a subset
 set -u
 export PYTHONUNBUFFERED=1
 out=$2
@@ -15,5 +16,6 @@ case "$1" in
   model-state) file=tests/test_gpu_model_state.py ;;
   *) echo "usage: bash bench/gpu_checks.sh core|model-state OUT" >&2; exit 2 ;;
 esac
-timeout -s TERM "${LIMIT_S:-540}" python3 -m pytest -m gpu -v -p no:cacheprovider --durations=0 "$file" 2>&1 \
+# K: a pytest -k expression for a subset (what fits the device time left)
+timeout -s TERM "${LIMIT_S:-540}" python3 -m pytest -m gpu -v -p no:cacheprovider --durations=0 ${K:+-k "$K"} "$file" 2>&1 \
   | tee "$out/pytest-$1.log" | tail -30
