@@ -14,6 +14,7 @@ pytestmark = pytest.mark.e2e
 
 SMALL = dict(
     device="cpu",
+    search="grid",  # every configuration: a count the test can hold (auto's depends on the timings)
     global_batch=8,
     seq_len=16,
     trial={"warmup_steps": 1, "measure_steps": 3, "min_measure_s": 0},
@@ -29,7 +30,7 @@ def test_tune_runs_a_study_and_returns_what_it_wrote(tmp_path, capsys):
     run_dir = tmp_path / "run"
     pd.testing.assert_frame_equal(result.trials, pd.read_csv(run_dir / "trials.csv"))
     pd.testing.assert_frame_equal(result.front, pd.read_csv(run_dir / "pareto.csv"))
-    assert len(result.trials) == 4 and set(result.trials["checkpointing"]) == {"none", "full"}
+    assert len(result.trials) == 4 and set(result.trials["checkpointing"]) == {"none", "full"}  # the grid: 2 x 2
     best = yaml.safe_load((run_dir / "best.yaml").read_text())
     assert result.best.strategy.as_dict() == best["strategy"] and result.paths["best"] == run_dir / "best.yaml"
     assert set(result.per_budget) == {2, 4}
