@@ -25,7 +25,7 @@ from autotune.scoring.score import Baseline
 from autotune.store.storage import redact
 from autotune.store.table import MEMORY_AGREEMENT
 from autotune.system.safe_write import replacing, write_text
-from autotune.train.dimensions import DIMENSIONS, checkpoint_fraction, checkpoint_label
+from autotune.train.dimensions import DIMENSIONS, checkpoint_fraction, checkpoint_label, extras
 from autotune.train.strategy import Strategy
 
 # The key columns first (what a reader compares, and what shows on a phone before scrolling).
@@ -34,12 +34,6 @@ TABLE_COLUMNS = ["number", *(d.name for d in DIMENSIONS.values() if d.always_sho
                  *(d.name for d in DIMENSIONS.values() if not d.always_shown), "time_spread", "noisy",
                  "contended", "device_peak_gib", "peak_allocated_gib", "fragmentation_gib", "num_alloc_retries",
                  "samples_per_s_runs", "peak_memory_gib_runs", "numerics", "loss_parity", "cause"]
-
-
-def _others(row) -> list:
-    """(dimension, value) for every dimension not always shown whose value is not its default."""
-    values = Strategy.of(row).as_dict()
-    return [(d, values[d.name]) for d in DIMENSIONS.values() if not d.always_shown and d.shown(values[d.name])]
 
 
 def _pyplot():
@@ -359,7 +353,7 @@ def _best_html(scored: pd.DataFrame, best: int | None, meta: dict) -> str:
             f"precision <b>{esc(b['precision'])}</b>, micro_batch <b>{int(b['micro_batch'])}</b> x accumulation "
             f"<b>{int(b['accumulation'])}</b> - peak {b['peak_memory_gib']:.2f} GiB, {b['samples_per_s']:.1f} samples/s"
             + (f", ROI {money(float(b['roi']))}" if pd.notna(b.get("roi")) else "")
-            + "".join(f", {d.name} <b>{esc(d.spell(v))}</b>" for d, v in _others(b))
+            + "".join(f", {d.name} <b>{esc(d.spell(v))}</b>" for d, v in extras(Strategy.of(b).as_dict()))
             + "</p>"
             + (
                 f"<p class='numerics'><b>Changes training numerics</b>: {esc(b['numerics'])}; loss parity: "

@@ -17,8 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from autotune.scoring.score import speed_bounds
-from autotune.train.dimensions import family, value_in
+from autotune.scoring.score import plain_with, speed_bounds
 from autotune.train.values import is_true
 
 MEMORY_NOISE = 0.02  # runs of one configuration whose peaks differ by more are flagged (repeats)
@@ -36,28 +35,15 @@ EFFECTS = [
 ]
 
 
-def _match(trials: pd.DataFrame, changes: dict[str, Any]) -> pd.Series:
-    """The trials of the plain strategy with ``changes``: every family dimension at its default
-    but those (a value a trial does not record counting as the default)."""
-    out = pd.Series(True, index=trials.index)
-    for d in family():
-        want = d.check(changes.get(d.name, d.default))
-        if d.name in trials:
-            out &= trials[d.name].map(lambda v, name=d.name: value_in({name: v}, name)) == want
-        elif want != d.default:
-            return pd.Series(False, index=trials.index)
-    return out
-
-
 def reference_micro_batch(trials: pd.DataFrame, global_batch: int) -> int | None:
-    plain = trials[_match(trials, {}) & (trials["status"] == "ok")]
+    plain = trials[plain_with(trials, {}) & (trials["status"] == "ok")]
     if (plain["micro_batch"] == global_batch).any():
         return global_batch
     return int(plain["micro_batch"].max()) if len(plain) else None
 
 
 def _row(trials: pd.DataFrame, changes: dict[str, Any], mb: int):
-    m = trials[_match(trials, changes) & (trials["micro_batch"] == mb)]
+    m = trials[plain_with(trials, changes) & (trials["micro_batch"] == mb)]
     return m.iloc[0] if len(m) else None
 
 

@@ -46,13 +46,21 @@ def fit_mask(trials: pd.DataFrame, budget_gib: float) -> pd.Series:
 
 
 def is_baseline_strategy(trials: pd.DataFrame) -> pd.Series:
-    """The plain strategy: every family dimension at its default (train/dimensions.py), a value
-    a trial does not record counting as its default."""
-    plain = pd.Series(True, index=trials.index)
+    """The plain strategy: every family dimension at its default (train/dimensions.py)."""
+    return plain_with(trials, {})
+
+
+def plain_with(trials: pd.DataFrame, changes: dict) -> pd.Series:
+    """The trials of the plain strategy with ``changes``: every family dimension at its default
+    but those, a value a trial does not record counting as its default."""
+    out = pd.Series(True, index=trials.index)
     for d in family():
+        want = d.check(changes.get(d.name, d.default))
         if d.name in trials:
-            plain &= trials[d.name].map(lambda v, name=d.name, default=d.default: _value(name, v) == default)
-    return plain
+            out &= trials[d.name].map(lambda v, name=d.name: _value(name, v)) == want
+        elif want != d.default:
+            return pd.Series(False, index=trials.index)
+    return out
 
 
 def _value(name: str, value):

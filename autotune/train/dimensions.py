@@ -100,18 +100,24 @@ class Dimension:
         """``value`` in its one spelling, or a ValueError naming the dimension and the fix."""
         if self.type is bool and type(value).__name__ == "bool_":  # numpy's, from a table
             value = bool(value)
+        if self.parse is not None:
+            try:
+                return self.parse(value)
+            except ValueError as e:  # the parser names the value; the dimension's name leads
+                why = str(e).split(": ", 1)[-1] if str(e).startswith(f"{self.name}=") else str(e)
+                raise ValueError(f"{self.name}={value!r}: {why}") from None
         why = self.problem(value)
         if why:
             raise ValueError(f"{self.name}={value!r}: {why}")
-        return self.parse(value) if self.parse is not None else value
+        return value
 
     def problem(self, value: Any) -> str | None:
         """What is wrong with ``value`` and how to fix it, or None."""
         if self.parse is not None:
             try:
-                self.parse(value)
+                self.check(value)
             except ValueError as e:
-                return str(e).split(": ", 1)[-1] if str(e).startswith(f"{self.name}=") else str(e)
+                return str(e).split(": ", 1)[-1]
             return None
         if self.values and (type(value) is not self.type or value not in self.values):
             if self.type is bool:
@@ -271,16 +277,18 @@ def tags(values: Mapping[str, Any], style: str = "label") -> list[str]:
     return out
 
 
+def extras(values: Mapping[str, Any]) -> list[tuple[Dimension, Any]]:
+    """(dimension, value) of each dimension not always shown whose value is not its default."""
+    return [(d, values.get(d.name, d.default)) for d in DIMENSIONS.values()
+            if not d.always_shown and d.shown(values.get(d.name, d.default))]
+
+
 def short_label(values: Mapping[str, Any]) -> str:
     """'none/bf16/mb32x2' and what else differs from the defaults ('+ offload', ...): the
     report's and the terminal's name for a configuration."""
     text = f"{values['checkpointing']}/{values['precision']}/mb{values['micro_batch']}"
     text += f"x{values['accumulation']}" if values.get("accumulation", 1) > 1 else ""
-    for d in DIMENSIONS.values():
-        value = values.get(d.name, d.default)
-        if not d.always_shown and d.shown(value):
-            text += f" + {d.name}" if value is True else f" + {d.name} {d.spell(value)}"
-    return text
+    return text + "".join(f" + {d.name}" if v is True else f" + {d.name} {d.spell(v)}" for d, v in extras(values))
 
 
 def numerics_of(values: Mapping[str, Any]) -> list[str]:
