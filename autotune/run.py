@@ -348,8 +348,8 @@ def _write_outputs(plan: Plan, study, run_dir: Path, storage: str, meta: dict, c
         return 130
     lost = given_up(study)
     if lost:
-        log.error(f"{len(lost)} configuration(s) were cut short {MAX_CUTS} times by a stopping driver and are given "
-                  "up, never measured: " + "; ".join(f"trial {t.number} ({params_of(t)})" for t in lost)
+        log.error(f"{len(lost)} configuration(s) were cut short {MAX_CUTS} times by a driver that died under them "
+                  "and are given up, never measured: " + "; ".join(f"trial {t.number} ({params_of(t)})" for t in lost)
                   + ". The same command does not retry them again; study_name=NEW_NAME starts a study that does")
         return 1
     return 0 if best is not None else 1

@@ -486,7 +486,7 @@ def test_a_configuration_cut_short_twice_is_retried_again_and_given_up_only_afte
     gave_up = run_cli(tmp_path / "after", *args2)
     out = gave_up.stdout + gave_up.stderr
     assert gave_up.returncode == 1, out
-    assert "cut short 3 times by a stopping driver and are given up" in out and "trial 2" in out
+    assert "cut short 3 times by a driver that died under them and are given up" in out and "trial 2" in out
     assert [t.user_attrs.get("status") for t in study_trials(db2)] == ["crash"] * 3  # not run a fourth time
 
 

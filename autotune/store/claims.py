@@ -32,7 +32,7 @@ from autotune.store.optuna_access import fixed_params, storage_of, study_id, tri
 from autotune.system.linux import process_start
 
 ORPHANED = "the driver stopped while this trial ran"
-MAX_CUTS = 3  # a configuration a stopping driver cut short this often is given up (given_up)
+MAX_CUTS = 3  # a configuration whose driver died under it this often is given up (given_up)
 HEARTBEAT_S = 20.0
 STALE_S = 6 * HEARTBEAT_S  # another host's trial counts as orphaned after this much silence
 
@@ -159,8 +159,10 @@ class Heartbeat:
 
 
 def _driver_cut(t: FrozenTrial) -> bool:
-    """Cut short by its driver stopping (not by a model that could not be built)."""
-    return cut_short(t) and t.user_attrs.get("phase") != "build"
+    """Cut short by its driver dying without a word (killed, the host's OOM killer): the one cut
+    a configuration may cause. A stop the driver recorded (Ctrl-C, SIGTERM) is the user's, never
+    the configuration's, and is retried however often it happens."""
+    return cut_short(t) and t.user_attrs.get("cause") == ORPHANED
 
 
 def _attempts(study: optuna.Study) -> tuple:
@@ -175,8 +177,8 @@ def _attempts(study: optuna.Study) -> tuple:
 
 
 def given_up(study: optuna.Study) -> list[FrozenTrial]:
-    """The last attempt of each configuration that was cut short MAX_CUTS times and never
-    measured: it is not retried again, and the run says so."""
+    """The last attempt of each configuration whose driver died under it MAX_CUTS times and that
+    was never measured: it is not retried again, and the run says so."""
     pending, attempts = _attempts(study)
     return [max(tried, key=lambda t: t.number) for key, tried in attempts.items()
             if key not in pending and all(cut_short(t) for t in tried)
@@ -187,8 +189,8 @@ def recover(study: optuna.Study) -> list[dict]:
     """Close trials whose owner is gone; enqueue each such configuration again.
 
     A configuration is retried when every attempt at it was cut short (left running by a
-    dead driver, interrupted, or stopped because the model could not be built), until a
-    stopping driver has cut it short MAX_CUTS times (``given_up``).
+    dead driver, interrupted, or stopped because the model could not be built), until its
+    driver has died under it MAX_CUTS times (``given_up``).
     """
     storage = storage_of(study)
     now = time.time()

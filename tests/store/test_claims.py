@@ -7,7 +7,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from autotune.store.claims import ORPHANED, claim, duplicate_of, enqueue_missing, given_up, owner, recover
+from autotune.store.claims import MAX_CUTS, ORPHANED, claim, duplicate_of, enqueue_missing, given_up, owner, recover
 from autotune.store.storage import StorageError, open_study
 from tests.conftest import ROOT
 
@@ -88,6 +88,18 @@ def test_a_live_drivers_trial_is_left_alone_a_dead_ones_is_retried_until_three_c
     study._storage.set_trial_user_attr(third._trial_id, "owner", {**owner(), "pid": 999999999, "start": "0"})
     assert recover(study) == []
     assert [t.number for t in given_up(study)] == [third.number]
+
+
+def test_a_configuration_the_user_interrupts_again_and_again_is_retried_every_time(study):
+    """A stop the driver recorded (Ctrl-C) is the user's: the grid's first configuration, the one
+    every restart begins with, is never given up however often it is interrupted."""
+    enqueue_missing(study, CONFIGS[:1])
+    for k in range(MAX_CUTS + 2):
+        t = claim(study)
+        study._storage.set_trial_user_attr(t._trial_id, "status", "interrupted")
+        study.tell(t, state=TrialState.FAIL)
+        assert [r["params"] for r in recover(study)] == [CONFIGS[0]], k
+        assert given_up(study) == []
 
 
 def test_a_corrupt_journal_is_a_clear_error_and_stays_untouched(tmp_path):
