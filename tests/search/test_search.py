@@ -263,6 +263,31 @@ def test_the_memory_line_is_fitted_and_predicts_the_micro_batch_auto_measures_ne
     assert nxt is None  # auto ends by itself
 
 
+def test_once_a_precision_measures_faster_its_families_are_probed_before_the_slower_ones():
+    """The space lists fp32 first; fp32 is twice as slow and heavier. Once bf16 has measured
+    faster, no fp32 configuration is proposed while a bf16 one is left, and the bf16 points
+    settle most fp32 ones by their bounds."""
+    bf16 = known_workload()
+    fp32 = bf16.assign(precision="fp32", samples_per_s=bf16["samples_per_s"] / 2,
+                       peak_memory_gib=bf16["peak_memory_gib"] + 1.0, device_peak_gib=bf16["device_peak_gib"] + 1.0)
+    truth = pd.concat([fp32, bf16], ignore_index=True)
+    truth = truth[~truth["offload"]]
+    configs = [{"checkpointing": c, "precision": p, "micro_batch": m, "offload": False, "allocator": "default"}
+               for c, p, m in itertools.product(CKPT, ("fp32", "bf16"), (4, 8, 16, 32, 64))]
+    auto = AutoSearch(configs, Scoring(64, [20.0], ROI, "throughput"), front_resolution=0.1)
+    table, order = pd.DataFrame(), []
+    while (nxt := auto.propose(table, set())) is not None:
+        order.append(nxt["precision"])
+        row = truth[(truth["checkpointing"] == nxt["checkpointing"]) & (truth["precision"] == nxt["precision"])
+                    & (truth["micro_batch"] == nxt["micro_batch"])]
+        table = pd.concat([table, row.assign(number=len(table))], ignore_index=True)
+    first_bf16 = order.index("bf16")
+    after = order[first_bf16:]
+    assert after == sorted(after, key=lambda p: p != "bf16"), order  # bf16 ..., then fp32 ...
+    assert order.count("fp32") <= 4, order  # of 15, left to their bounds (the space's order probed 5)
+    assert order.count("bf16") >= 5, order  # the front's checkpointed points measured
+
+
 def test_auto_with_the_roi_objective_measures_the_baseline_first():
     configs = [{"checkpointing": c, "precision": p, "micro_batch": m, "offload": False, "allocator": "default"}
                for c, p, m in itertools.product(("none", "full"), ("bf16", "fp32"), (8, 16))]
