@@ -201,7 +201,7 @@ def _result(code: int, run_dir: Path, args: list[str], outcome: dict[str, Any]) 
         file = run_dir / name if name else None
         per_budget[budget] = load_tuned(file) if file is not None and file.is_file() else None
         if file is not None and file.is_file():
-            paths[name.removesuffix(".yaml")] = file
+            paths[file.stem] = file
     best = load_tuned(run_dir / "best.yaml") if "best.yaml" in outcome.get("files", []) else None
     if best is not None:
         paths["best"] = run_dir / "best.yaml"

@@ -17,7 +17,7 @@ def build(device: str, seq_len: int, **config) -> Workload:
     check_seq_len(seq_len, cfg.max_position_embeddings, "max_position_embeddings")
     with torch.device(device):
         model = BertForSequenceClassification(cfg)
-    vocab, labels = cfg.vocab_size, cfg.num_labels
+    vocab, labels = cfg.vocab_size, int(cfg.num_labels or 2)
 
     def make_batch(n: int, dev) -> dict:
         ids, g = random_tokens(n, seq_len, vocab)

@@ -19,8 +19,9 @@ def build(device: str, seq_len: int, **config) -> Workload:
 
     def make_batch(n: int, dev) -> dict:
         g = torch.Generator(device="cpu").manual_seed(n)
-        pixels = torch.randn(n, cfg.num_channels, cfg.image_size, cfg.image_size, generator=g)
-        labels = torch.randint(0, cfg.num_labels, (n,), generator=g)
+        size = cfg.image_size if isinstance(cfg.image_size, int) else int(cfg.image_size[0])  # a square image
+        pixels = torch.randn(n, cfg.num_channels, size, size, generator=g)
+        labels = torch.randint(0, int(cfg.num_labels or 2), (n,), generator=g)
         return {"pixel_values": pixels.to(dev), "labels": labels.to(dev)}
 
     return Workload(model=model, make_batch=make_batch, loss=hf_loss, blocks=find_blocks(model))

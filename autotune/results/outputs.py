@@ -140,7 +140,7 @@ def unavailable(scored: pd.DataFrame) -> list[str]:
     for dim in (d.name for d in family()):
         if dim not in scored.columns:
             continue
-        gone = {}
+        gone: dict[str, list[str]] = {}
         for value, rows in scored.groupby(scored[dim].astype(str), sort=False):
             causes = set(rows["cause"].dropna())
             if (rows["status"] == "skipped").all() and len(causes) == 1:

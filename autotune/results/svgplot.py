@@ -13,11 +13,12 @@ import html
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pandas as pd
 
 from autotune.results import labels, plot_style
-from autotune.train.strategy import checkpoint_fraction, checkpoint_label
+from autotune.train.dimensions import checkpoint_fraction, checkpoint_label
 
 W, H = 860, 500
 LEFT, RIGHT, TOP, BOTTOM = 70, 250, 30, 50  # margins; the legend sits in the right one
@@ -178,7 +179,10 @@ def _points(points, x, y, axes: _Axes, shape_of, detail, bounds) -> tuple:
     """(the points' marks with their whiskers and noise rings, the legend groups seen, the
     points drawn together per group, whether any is noisy)."""
     esc = html.escape
-    out, seen, crowd, any_noisy = [], {}, {}, False  # crowd: legend group -> (path data, count)
+    out: list[str] = []
+    seen: dict[Any, Any] = {}
+    crowd: dict[Any, Any] = {}  # legend group -> (path data, count)
+    any_noisy = False
     cols = list(points.columns)
     for i, row in zip(points.index, points.itertuples(index=False, name=None), strict=False):
         r = dict(zip(cols, row, strict=False))

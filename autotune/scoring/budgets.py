@@ -10,6 +10,7 @@ fitting, so the answer errs on the safe side.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -76,7 +77,7 @@ def why_best(scored: pd.DataFrame, best: int | None, objective: str, budget_gib:
     return text
 
 
-def _load_note(scored: pd.DataFrame, best, rivals: pd.DataFrame | None) -> str:
+def _load_note(scored: pd.DataFrame, best: Any, rivals: pd.DataFrame | None) -> str:
     """Plain words where the verdict rests on figures measured while other processes competed
     for the device: then absolute speeds are the load's, and only a tie is claimed."""
     busy = scored.get("contended", pd.Series(False, index=scored.index)).fillna(False).astype(bool)
@@ -96,11 +97,15 @@ def _named(rows: pd.DataFrame, key: str, most: int = 3) -> str:
     return "; ".join(parts) + (f"; {len(rows) - most} more" if len(rows) > most else "")
 
 
-def interval(row, key: str) -> str:
+def interval(row: Any, key: str) -> str:
     """A figure with the range its measured spread allows: '52.1 [48.0, 56.2]' (no range
     where the spread bounds nothing)."""
     v, lo, hi = row.get(key), row.get(f"{key}_lo"), row.get(f"{key}_hi")
-    fmt = (lambda x: f"{x:.3g}") if key == "roi" else (lambda x: f"{x:.1f}")
+    digits = ".3g" if key == "roi" else ".1f"
+
+    def fmt(x: float) -> str:
+        return format(x, digits)
+
     if v is None or not np.isfinite(v):
         return "n/a"
     if lo is None or hi is None or not (np.isfinite(lo) and np.isfinite(hi)):
@@ -122,7 +127,7 @@ def budgets_table(results: list[BudgetResult]) -> pd.DataFrame:
     """One row per budget: the winner, its figures, and why it won."""
     rows = []
     for r in results:
-        row = {"budget_gib": r.budget_gib}
+        row: dict[str, Any] = {"budget_gib": r.budget_gib}
         if r.best is not None:
             b = r.scored.loc[r.best]
             row.update({k: b.get(k) for k in ("number", *DIMENSIONS, "peak_memory_gib", "device_peak_gib",

@@ -23,7 +23,7 @@ from autotune.train.values import is_true
 MEMORY_NOISE = 0.02  # runs of one configuration whose peaks differ by more are flagged (repeats)
 
 # (label, what differs from the plain strategy, the commonly quoted rule of thumb)
-EFFECTS = [
+EFFECTS: list[tuple[str, dict[str, Any], str]] = [
     ("activation checkpointing (full)", {"checkpointing": "full"}, "-60 to -70 % memory, +20 to +30 % time"),
     ("selective checkpointing (half the blocks)", {"checkpointing": "0.5"}, "between none and full"),
     ("AMP bf16", {"precision": "bf16"}, "-40 % memory, 3x speed (-67 % time)"),
@@ -42,12 +42,12 @@ def reference_micro_batch(trials: pd.DataFrame, global_batch: int) -> int | None
     return int(plain["micro_batch"].max()) if len(plain) else None
 
 
-def _row(trials: pd.DataFrame, changes: dict[str, Any], mb: int):
+def _row(trials: pd.DataFrame, changes: dict[str, Any], mb: int) -> pd.Series | None:
     m = trials[plain_with(trials, changes) & (trials["micro_batch"] == mb)]
     return m.iloc[0] if len(m) else None
 
 
-def _speed_range(row) -> tuple:
+def _speed_range(row: pd.Series) -> tuple[float, float]:
     """(low, high) samples/s within the trial's measured spread; low clamped at zero."""
     spread = row.get("time_spread")
     spread = 0.0 if spread is None or not np.isfinite(spread) else max(float(spread), 0.0)
@@ -61,9 +61,9 @@ def _pct(v: float) -> str:
 NOISE = "not separable from noise here"
 
 
-def _rests_on(ref, other) -> str:
+def _rests_on(ref: pd.Series, other: pd.Series) -> str:
     """The measurements an effect rests on: the two trials and how each was measured."""
-    def how(row) -> str:
+    def how(row: pd.Series) -> str:
         if row.get("fidelity") == "probe":
             return "probe, one timed step" if is_true(row.get("spread_assumed")) else "probe"
         if is_true(row.get("contended")):
@@ -86,7 +86,7 @@ def strategy_effects(trials: pd.DataFrame, global_batch: int) -> pd.DataFrame:
     rows = []
     ref = _row(trials, {}, mb) if mb is not None else None
     for label, changes, claim in EFFECTS:
-        row = {"strategy": label, "micro_batch": mb, "memory": "", "time": "", "rests_on": "",
+        row: dict[str, Any] = {"strategy": label, "micro_batch": mb, "memory": "", "time": "", "rests_on": "",
                "rule_of_thumb": claim, "memory_change": None, "time_change": None, "time_change_lo": None,
                "time_change_hi": None, "memory_finding": False, "time_finding": False, "measured": ""}
         other = _row(trials, changes, mb) if mb is not None else None

@@ -55,7 +55,7 @@ def flops_per_sample(table: pd.DataFrame) -> float | None:
     return float(values.median()) if len(values) else None
 
 
-def limits_line(table: pd.DataFrame, best_row, device_name: str) -> str | None:
+def limits_line(table: pd.DataFrame, best_row: pd.Series | None, device_name: str) -> str | None:
     """'best uses 22.19 GiB, 3.1x the floor (7.2 GiB ...); 291 TFLOP/s, 29 % of ...', or None."""
     if best_row is None:
         return None

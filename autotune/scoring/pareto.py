@@ -1,10 +1,12 @@
 """Pareto front of peak memory (lower is better) against throughput (higher is better)."""
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 
-def pareto_mask(memory, throughput) -> np.ndarray:
+def pareto_mask(memory: Any, throughput: Any) -> np.ndarray:
     """True for each point no other point dominates.
 
     A point dominates another when it uses no more memory and is no slower, and is strictly
@@ -22,4 +24,4 @@ def pareto_mask(memory, throughput) -> np.ndarray:
         better = (mem < mem[i]) | (thr > thr[i])
         if np.any(others & no_worse & better):
             mask[i] = False
-    return mask
+    return np.asarray(mask, dtype=bool)

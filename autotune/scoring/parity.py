@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+from typing import Any
 
 import pandas as pd
 
@@ -20,7 +21,7 @@ from autotune.train.dimensions import MODEL_STATE, in_group
 from autotune.train.optimizer import MODEL_STATE_DEFAULTS, state_value
 
 
-def losses_of(value) -> list[float]:
+def losses_of(value: Any) -> list[float]:
     if isinstance(value, str):
         try:
             value = json.loads(value)
@@ -41,12 +42,12 @@ def relative_gap(losses: list[float], reference: list[float]) -> float | None:
     return max(abs(a - b) for a, b in pairs) / abs(reference[0])
 
 
-def changes_optimizer_numbers(row) -> bool:
+def changes_optimizer_numbers(row: Any) -> bool:
     """Does a model-state value of ``row`` change training's numbers (train/dimensions.py)?"""
     return any(state_value(d.name, row.get(d.name)) in d.numerics for d in in_group(MODEL_STATE))
 
 
-def is_plain(row) -> bool:
+def is_plain(row: Any) -> bool:
     return all(state_value(k, row.get(k)) == v for k, v in MODEL_STATE_DEFAULTS.items())
 
 
@@ -63,7 +64,7 @@ def loss_parity(df: pd.DataFrame) -> pd.Series:
     rows = df[cols].to_dict("index")
     if not any(r.get("status") == "ok" and changes_optimizer_numbers(r) for r in rows.values()):
         return out
-    plain = {}
+    plain: dict[tuple[str, int], list[float]] = {}
     for r in rows.values():
         if r.get("status") == "ok" and is_plain(r) and losses_of(r.get("losses")):
             plain.setdefault((r["precision"], int(r["micro_batch"])), losses_of(r["losses"]))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -34,7 +35,7 @@ class Baseline:
     measured: bool  # True: the baseline configuration itself ran ok
     note: str  # how the figures were obtained, for the report
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -50,7 +51,7 @@ def is_baseline_strategy(trials: pd.DataFrame) -> pd.Series:
     return plain_with(trials, {})
 
 
-def plain_with(trials: pd.DataFrame, changes: dict) -> pd.Series:
+def plain_with(trials: pd.DataFrame, changes: dict[str, Any]) -> pd.Series:
     """The trials of the plain strategy with ``changes``: every family dimension at its default
     but those, a value a trial does not record counting as its default."""
     out = pd.Series(True, index=trials.index)
@@ -63,7 +64,7 @@ def plain_with(trials: pd.DataFrame, changes: dict) -> pd.Series:
     return out
 
 
-def _value(name: str, value):
+def _value(name: str, value: Any) -> Any:
     try:
         return value_in({name: value}, name)
     except (TypeError, ValueError):
@@ -107,7 +108,8 @@ def with_model_state(trials: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
-def score(trials: pd.DataFrame, global_batch: int, budget_gib: float, roi: dict) -> tuple[pd.DataFrame, Baseline]:
+def score(trials: pd.DataFrame, global_batch: int, budget_gib: float,
+          roi: dict[str, Any]) -> tuple[pd.DataFrame, Baseline]:
     """Add fits_budget, job_hours, memory_saved_gib, roi and on_pareto columns."""
     df = with_model_state(trials)
     baseline = find_baseline(df, global_batch, budget_gib)
@@ -140,7 +142,7 @@ def score(trials: pd.DataFrame, global_batch: int, budget_gib: float, roi: dict)
 
 
 def objective_value(objective: str, peak_memory_gib: float, samples_per_s: float, baseline: Baseline,
-                    roi: dict) -> float:
+                    roi: dict[str, Any]) -> float:
     """One configuration's objective: samples/s, or its ROI against ``baseline`` (as ``score``)."""
     if objective != "roi":
         return samples_per_s
@@ -148,12 +150,12 @@ def objective_value(objective: str, peak_memory_gib: float, samples_per_s: float
     base_hours = roi["workload_samples"] / baseline.samples_per_s / 3600.0 if baseline.samples_per_s else hours
     if math.isinf(hours):
         return -math.inf
-    return ((baseline.peak_memory_gib - peak_memory_gib) * roi["memory_price_per_gib_hour"] * hours
-            - (hours - base_hours) * roi["compute_price_per_hour"])
+    return float((baseline.peak_memory_gib - peak_memory_gib) * roi["memory_price_per_gib_hour"] * hours
+                 - (hours - base_hours) * roi["compute_price_per_hour"])
 
 
 def speed_at_objective(objective: str, peak_memory_gib: float, value: float, baseline: Baseline,
-                       roi: dict) -> float | None:
+                       roi: dict[str, Any]) -> float | None:
     """The samples/s at which a configuration of ``peak_memory_gib`` reaches objective ``value``
     (``objective_value``'s inverse in speed; memory is fixed): inf where no finite speed
     reaches it, None where its objective does not depend on speed."""
@@ -176,7 +178,7 @@ def objective_column(objective: str) -> str:
     return "roi" if objective == "roi" else "samples_per_s"
 
 
-def speed_bounds(samples_per_s, spread):
+def speed_bounds(samples_per_s: Any, spread: Any) -> tuple[Any, Any]:
     """(low, high) samples/s within a measured spread, for a figure or a column. The low one
     is clamped at zero: a spread of 100 % or more bounds the speed below by nothing."""
     return np.maximum(samples_per_s * (1 - spread), 0.0), samples_per_s * (1 + spread)
@@ -228,7 +230,8 @@ def choose_best(scored: pd.DataFrame, objective: str) -> int | None:
     key = objective_column(objective)
     order = pd.DataFrame({"noisy": (_spread(c) > NOISY_SPREAD) | _contended(c), "m": c["peak_memory_gib"], "k": -c[key],
                           "s": _spread(c)})
-    return order.sort_values(["noisy", "m", "k", "s"], kind="stable").index[0]
+    best: int = order.sort_values(["noisy", "m", "k", "s"], kind="stable").index[0]
+    return best
 
 
 def contenders(scored: pd.DataFrame, objective: str) -> pd.Series:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 ROI_KEYS = ("memory_price_per_gib_hour", "compute_price_per_hour", "workload_samples")
 
@@ -20,7 +21,7 @@ class ScoringError(ValueError):
     """Settings read back that are not what a run writes; the message names the key and value."""
 
 
-def _finite(value, minimum: float, strict: bool) -> bool:
+def _finite(value: Any, minimum: float, strict: bool) -> bool:
     return (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
             and (value > minimum if strict else value >= minimum))
 
@@ -32,7 +33,7 @@ class Scoring:
     roi: dict[str, float] = field(hash=False)  # ROI_KEYS: the prices and the job's samples
     objective: str = "roi"  # roi | throughput
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         object.__setattr__(self, "budgets", tuple(float(b) for b in self.budgets))
 
     @property
@@ -43,12 +44,12 @@ class Scoring:
         """The same settings judged under other budgets or another objective (``show --budget``)."""
         return replace(self, budgets=tuple(budgets) if budgets else self.budgets, objective=objective or self.objective)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"global_batch": self.global_batch, "budgets": list(self.budgets), "roi": dict(self.roi),
                 "objective": self.objective}
 
     @classmethod
-    def from_dict(cls, settings) -> Scoring:
+    def from_dict(cls, settings: Any) -> Scoring:
         """Settings as ``to_dict`` wrote them; anything else raises ``ScoringError`` naming it."""
         from autotune.scoring.score import OBJECTIVES
 

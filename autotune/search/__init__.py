@@ -15,7 +15,7 @@ always run first, whatever the strategy.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import optuna
 from optuna.trial import FrozenTrial
@@ -43,7 +43,7 @@ class QueueSearch:
     """Grid and auto: configurations go into the study's queue, then are claimed from it.
     With no configurations and no auto, it only runs what is queued (re-measurements)."""
 
-    def __init__(self, name: str, configs: list[dict], auto: AutoSearch | None = None,
+    def __init__(self, name: str, configs: list[dict[str, Any]], auto: AutoSearch | None = None,
                  only: Callable[[FrozenTrial], bool] | None = None):
         # only: which queued trials this search runs (re-measurement runs its repeats, not
         # configurations a stopped grid left in the queue)
@@ -73,13 +73,14 @@ class QueueSearch:
         )
 
 
-def _pending(study: optuna.Study) -> set:
+def _pending(study: optuna.Study) -> set[Any]:
     """(family, micro_batch) of the configurations queued or running."""
     live = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING, optuna.trial.TrialState.RUNNING))
     return {(family_of(p), int(p["micro_batch"])) for t in live if (p := params_of(t))}
 
 
-def make_search(name: str, configs: list[dict], runnable: list[dict], choices: dict, plan):
+def make_search(name: str, configs: list[dict[str, Any]], runnable: list[dict[str, Any]], choices: dict[str, Any],
+                plan: Any) -> Any:
     """The strategy ``name`` over the space's ``configs``; ``runnable``: those the device can
     run (the others are recorded skipped, never run)."""
     if name == "grid":

@@ -64,6 +64,8 @@ from __future__ import annotations
 
 import math
 from collections import namedtuple
+from collections.abc import Callable
+from typing import Any, TypeAlias
 
 import numpy as np
 import pandas as pd
@@ -76,7 +78,11 @@ from autotune.trial.clean_start import trusted
 
 # A family's values, one per family dimension (train/dimensions.py), checkpointing as its
 # fraction of the blocks (ordered, and the key of fact 3's exception).
-Family = namedtuple("Family", [d.name for d in family()])  # type: ignore[misc]
+Family: Any = namedtuple("Family", [d.name for d in family()])  # type: ignore[misc]
+Fam: TypeAlias = Any  # a Family: its fields, the family dimensions, are known at import only
+Key: TypeAlias = tuple[Fam, int]  # (family, micro-batch)
+Row: TypeAlias = dict[str, Any]  # a trials-table row
+Measured: TypeAlias = dict[Key, Row]
 PLAIN = Family(*(checkpoint_fraction(d.default) if d.name == "checkpointing" else d.default
                  for d in family()))  # the ROI baseline's family
 MIN_NOISE = 0.02  # a difference below 2 % is never worth a trial, however steady the timing
@@ -85,34 +91,34 @@ LINK_MARGIN = 1.25  # fact 6 allows the host link this much more than its fastes
 INF = math.inf
 
 
-def family_of(params) -> Family:
+def family_of(params: Row) -> Fam:
     return Family(*(_norm(d.name, params.get(d.name)) for d in family()))
 
 
-def _norm(key, value):
+def _norm(key: str, value: Any) -> Any:
     value = value_in({key: value}, key)  # its default where a table row has none
     return checkpoint_fraction(value) if key == "checkpointing" else value
 
 
-def _finite(value) -> bool:
+def _finite(value: Any) -> bool:
     try:
         return value is not None and math.isfinite(float(value))
     except (TypeError, ValueError):
         return False
 
 
-def group_of(fam: Family) -> tuple:
+def group_of(fam: Fam) -> tuple[Any, ...]:
     """Families that share a fixed memory part and are ordered by fact 3: the same values of
     every dimension that changes memory not growing with the micro-batch (precision, allocator
     and the model state: optimizer state, its place, weight precision, implementation)."""
     return tuple(v for d, v in zip(family(), fam, strict=False) if d.fixed_memory)
 
 
-def _ordered(a: Family, b: Family, rank_of: str) -> bool:
+def _ordered(a: Fam, b: Fam, rank_of: str) -> bool:
     """Is ``a`` at least ``b`` in every dimension's ``rank_of`` order (``heavier``, ``slower``:
     train/dimensions.py), and equal in those that have none?"""
     for d, x, y in zip(family(), a, b, strict=False):
-        rank = getattr(d, rank_of)
+        rank: Callable[[Any], float] | None = getattr(d, rank_of)
         if rank is None:
             if x != y:
                 return False
@@ -121,7 +127,7 @@ def _ordered(a: Family, b: Family, rank_of: str) -> bool:
     return True
 
 
-def no_lighter(a: Family, b: Family) -> bool:
+def no_lighter(a: Fam, b: Fam) -> bool:
     """Does family ``a`` hold at least the memory of ``b`` at every micro-batch (fact 7)?
     Equal values where a dimension has no memory order (precision, activation offload,
     allocator, optimizer implementation), and no more checkpointing, no smaller optimizer
@@ -130,7 +136,7 @@ def no_lighter(a: Family, b: Family) -> bool:
     return _ordered(a, b, "heavier")
 
 
-def no_slower(a: Family, b: Family) -> bool:
+def no_slower(a: Fam, b: Fam) -> bool:
     """Fact 3: family ``a`` is no slower than family ``b`` at the same micro-batch: less
     checkpointing, no offload where ``b`` offloads, the rest equal."""
     if a == b:
@@ -143,7 +149,7 @@ def no_slower(a: Family, b: Family) -> bool:
 STATE_ORDER = {"4bit": 0, "8bit": 1, "default": 2}
 
 
-def saving_level(fam: Family) -> tuple:
+def saving_level(fam: Fam) -> tuple[Any, ...]:
     # model state first (least saving first), then offload, then the checkpointed fraction:
     # without offload the least checkpointed first (the fastest); with it the most (fact 3:
     # the least to copy, so the fastest offload family, and its first step pins the least)
@@ -151,15 +157,15 @@ def saving_level(fam: Family) -> tuple:
             -fam.checkpointing if fam.offload else fam.checkpointing)
 
 
-def kind_of(fam: Family) -> tuple:
+def kind_of(fam: Fam) -> tuple[Any, ...]:
     """A family's values of the dimensions that have no memory or speed order (precision,
     allocator, optimizer implementation): which of them is faster is for the measurements to say."""
     return tuple(v for d, v in zip(family(), fam, strict=False) if d.heavier is None and d.slower is None)
 
 
-def _fastest_by_kind(measured) -> dict[tuple, float]:
+def _fastest_by_kind(measured: Measured) -> dict[tuple[Any, ...], float]:
     """The best samples/s measured for each kind (``kind_of``)."""
-    out: dict[tuple, float] = {}
+    out: dict[tuple[Any, ...], float] = {}
     for (fam, _), row in measured.items():
         if row["status"] == "ok" and _finite(row.get("samples_per_s")):
             out[kind_of(fam)] = max(out.get(kind_of(fam), -INF), float(row["samples_per_s"]))
@@ -171,7 +177,7 @@ class AutoSearch:
 
     name = "auto"
 
-    def __init__(self, configs: list[dict], scoring: Scoring, memory_cap_gib: float | None = None,
+    def __init__(self, configs: list[Row], scoring: Scoring, memory_cap_gib: float | None = None,
                  front_resolution: float = 0.0):
         self.configs = configs
         self.front_resolution = front_resolution
@@ -181,25 +187,25 @@ class AutoSearch:
         self.global_batch = scoring.global_batch
         self.cap = memory_cap_gib
         self.micro_batches = sorted({c["micro_batch"] for c in configs})
-        order = {}
+        order: dict[Fam, int] = {}
         for c in configs:  # the space file's order breaks ties between equally light families
             order.setdefault(family_of(c), len(order))
         self.family_order = order
 
     # -- what the measurements say -------------------------------------------------------
-    def _measured(self, table: pd.DataFrame) -> dict[tuple[tuple, int], dict]:
-        out = {}
+    def _measured(self, table: pd.DataFrame) -> Measured:
+        out: Measured = {}
         for row in table.to_dict("records"):
             out[(family_of(row), int(row["micro_batch"]))] = row
         return out
 
     @staticmethod
-    def _fit_peak(row: dict) -> float:
+    def _fit_peak(row: Row) -> float:
         v = row.get("device_peak_gib")
         return float(v) if v is not None and np.isfinite(v) else float(row["peak_memory_gib"])
 
-    def _lines(self, measured) -> dict[tuple, Line]:
-        points: dict[tuple, list] = {}
+    def _lines(self, measured: Measured) -> dict[Fam, Line]:
+        points: dict[Fam, list[tuple[float, float]]] = {}
         statics = []
         for (fam, m), row in measured.items():
             if row["status"] == "ok" and np.isfinite(self._fit_peak(row)):
@@ -208,7 +214,7 @@ class AutoSearch:
                 statics.append(float(row["static_gib"]) + float(row.get("cuda_context_gib") or 0.0))
         return fit_families(points, group_of, float(np.median(statics)) if statics else None)
 
-    def _speed_bound(self, fam: tuple, m: int, measured) -> float:
+    def _speed_bound(self, fam: Fam, m: int, measured: Measured) -> float:
         """The lowest upper bound on (fam, m)'s samples/s that the measurements give."""
         bound = INF
         for (f, mm), row in measured.items():
@@ -221,7 +227,7 @@ class AutoSearch:
         return bound
 
     @staticmethod
-    def _transfer_bound(fam: tuple, m: int, measured) -> float:
+    def _transfer_bound(fam: Fam, m: int, measured: Measured) -> float:
         """Fact 6: the samples/s an offload family's copies allow at micro-batch ``m``."""
         links = [float(r["host_link_gib_s"]) for r in measured.values() if _finite(r.get("host_link_gib_s"))]
         saved = 0.0  # a lower bound on the bytes saved per micro-step at m, from the twin without offload
@@ -238,7 +244,7 @@ class AutoSearch:
             return INF
         return m * max(links) * LINK_MARGIN / (2 * saved)
 
-    def _infeasible(self, fam: tuple, m: int, budget: float, measured, line: Line | None) -> bool:
+    def _infeasible(self, fam: Fam, m: int, budget: float, measured: Measured, line: Line | None) -> bool:
         for (f, mm), row in measured.items():
             if mm > m or not trusted(row) or not no_lighter(fam, f):
                 continue  # only a clean process's measurement rules others out
@@ -248,7 +254,7 @@ class AutoSearch:
                 return True
         return line is not None and line.certain and line.peak(m) * (1 - MARGIN) > budget
 
-    def _lowest_peak(self, fam: tuple, m: int, measured, line: Line | None, lines) -> float:
+    def _lowest_peak(self, fam: Fam, m: int, measured: Measured, line: Line | None, lines: dict[Fam, Line]) -> float:
         low = 0.0
         for (f, mm), row in measured.items():
             if mm <= m and row["status"] == "ok" and no_lighter(fam, f):  # facts 1 and 7
@@ -261,7 +267,7 @@ class AutoSearch:
                 low = max(low, min(shared))
         return low
 
-    def _predicted_largest(self, fam: tuple, budget: float, lines) -> int | None:
+    def _predicted_largest(self, fam: Fam, budget: float, lines: dict[Fam, Line]) -> int | None:
         """The largest micro-batch predicted to fit: from the family's own line, else from the
         nearest measured family that is no lighter (its slope is at least as steep, so the
         prediction errs small), else None (nothing known)."""
@@ -274,7 +280,7 @@ class AutoSearch:
         return line.largest_fitting(self.micro_batches, budget) or 0
 
     # -- the proposal ---------------------------------------------------------------------
-    def propose(self, table: pd.DataFrame, pending: set) -> dict | None:
+    def propose(self, table: pd.DataFrame, pending: set[Key]) -> Row | None:
         """The next configuration to measure, or None when nothing left could win.
 
         ``pending``: configuration keys (family, micro_batch) queued or running elsewhere.
@@ -286,13 +292,13 @@ class AutoSearch:
             return None
         return self._config(self._pick(worth, lines, self._measured(table) if not table.empty else {}))
 
-    def left(self, table: pd.DataFrame, pending: set) -> int:
+    def left(self, table: pd.DataFrame, pending: set[Key]) -> int:
         """How many configurations could still be worth measuring: the search's bound on
         what is left (each measurement can only rule more out)."""
         base, worth, _ = self._worth(table, pending)
         return len(worth) + (base is not None and (family_of(base), base["micro_batch"]) not in worth)
 
-    def _worth(self, table: pd.DataFrame, pending: set) -> tuple:
+    def _worth(self, table: pd.DataFrame, pending: set[Key]) -> tuple[Row | None, dict[Key, float], dict[Fam, Line]]:
         """(the baseline config if it must run first, {key: gain} of the configurations that
         could beat the best measured one, the memory lines)."""
         measured = self._measured(table) if not table.empty else {}
@@ -302,7 +308,7 @@ class AutoSearch:
             base = None
         baselines = {b: find_baseline(table, self.global_batch, b) if not table.empty else None for b in self.budgets}
         thresholds = {b: self._threshold(table, b) for b in self.budgets}
-        worth: dict[tuple[tuple, int], float] = {}
+        worth: dict[Key, float] = {}
         for c in self.configs:
             key = (family_of(c), c["micro_batch"])
             if key in measured or key in pending:
@@ -320,7 +326,7 @@ class AutoSearch:
                 worth[key] = 0.0
         return base, worth, lines
 
-    def _could_join_front(self, key: tuple[tuple, int], speed_ub: float, measured, lines) -> bool:
+    def _could_join_front(self, key: Key, speed_ub: float, measured: Measured, lines: dict[Fam, Line]) -> bool:
         """Could ``key`` add a Pareto-front point at ``front_resolution``? Not when a measured
         configuration within the largest budget uses at most (1 + resolution) x its lowest
         plausible peak and is at least as fast as its speed bound (within its own spread)."""
@@ -340,14 +346,15 @@ class AutoSearch:
                 return False
         return True
 
-    def _pick(self, worth: dict, lines, measured) -> tuple[tuple, int]:
+    def _pick(self, worth: dict[Key, float], lines: dict[Fam, Line], measured: Measured) -> Key:
         fastest = _fastest_by_kind(measured)
         families = sorted({f for f, _ in worth}, key=lambda f: (-fastest.get(kind_of(f), INF), saving_level(f),
                                                                  self.family_order.get(f, 0)))
         for fam in families:  # lightest family with something worth measuring
             ms = sorted(m for f, m in worth if f == fam)
-            targets = [self._predicted_largest(fam, b, lines) for b in self.budgets]
-            if any(t is None for t in targets):  # nothing known: the smallest gives a line to predict from
+            predicted = [self._predicted_largest(fam, b, lines) for b in self.budgets]
+            targets = [t for t in predicted if t is not None]
+            if len(targets) < len(predicted):  # nothing known: the smallest gives a line to predict from
                 return fam, ms[0]
             for t in sorted(targets):  # the prediction for the smallest budget first
                 below = [m for m in ms if m <= t]
@@ -356,13 +363,13 @@ class AutoSearch:
             return fam, ms[0]  # predicted not to fit but not ruled out: the smallest left verifies it
         raise AssertionError("worth is not empty")
 
-    def _config(self, key: tuple[tuple, int]) -> dict:
+    def _config(self, key: Key) -> Row:
         for c in self.configs:
             if (family_of(c), c["micro_batch"]) == key:
                 return c
         raise KeyError(key)
 
-    def _baseline_config(self) -> dict | None:
+    def _baseline_config(self) -> Row | None:
         for c in self.configs:
             if family_of(c) == PLAIN and c["micro_batch"] == self.global_batch:
                 return c
@@ -383,7 +390,7 @@ class AutoSearch:
         return objective_value(self.objective, float(best["peak_memory_gib"]),
                                float(best["samples_per_s"]) * (1 + noise), baseline, self.roi)
 
-    def _optimistic(self, peak_lo: float, speed_ub: float, baseline) -> float:
+    def _optimistic(self, peak_lo: float, speed_ub: float, baseline: Any) -> float:
         """The highest objective a config with peak >= peak_lo and speed <= speed_ub could reach."""
         if self.objective != "roi":
             return speed_ub

@@ -19,8 +19,9 @@ micro-batch out. Otherwise the intercept is the static memory the trial counted
 from __future__ import annotations
 
 import statistics
-from collections.abc import Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -49,8 +50,8 @@ def fit_line(points: list[tuple[float, float]]) -> Line | None:
 
 
 def fit_families(
-    points: dict[Hashable, list[tuple[float, float]]], group_of, static_gib: float | None
-) -> dict[Hashable, Line]:
+    points: dict[Any, list[tuple[float, float]]], group_of: Callable[[Any], Hashable], static_gib: float | None
+) -> dict[Any, Line]:
     """A line for every family with at least one measured point.
 
     ``group_of(family)`` names the families that share a fixed part (same precision and

@@ -9,15 +9,18 @@ on; once every configuration is held, the search ends.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import optuna
-from optuna.distributions import CategoricalDistribution
-from optuna.trial import TrialState
+from optuna.distributions import BaseDistribution, CategoricalDistribution
+from optuna.trial import FrozenTrial, TrialState
 
 from autotune.search.space import canonical
 from autotune.store.claims import claim, cut_short, is_duplicate, own, params_of
 from autotune.store.optuna_access import trial_id
 
-SAMPLERS = {
+SAMPLERS: dict[str, Callable[[int], optuna.samplers.BaseSampler]] = {
     "random": lambda seed: optuna.samplers.RandomSampler(seed=seed),
     # Fewer random start-up trials than Optuna's 10: the spaces here have tens of points.
     "tpe": lambda seed: optuna.samplers.TPESampler(seed=seed, n_startup_trials=5, multivariate=True),
@@ -26,11 +29,11 @@ SAMPLERS = {
 
 
 class SampledSearch:
-    def __init__(self, name: str, choices: dict[str, list], configs: list[dict], seed: int):
+    def __init__(self, name: str, choices: dict[str, list[Any]], configs: list[dict[str, Any]], seed: int):
         self.name = name
         self.sampler = SAMPLERS[name](seed)
         # The same distributions the driver suggests from, so Optuna sees one space.
-        self.distributions = {k: CategoricalDistribution(v) for k, v in choices.items()}
+        self.distributions: dict[str, BaseDistribution] = {k: CategoricalDistribution(v) for k, v in choices.items()}
         self.keys = {tuple(sorted(canonical(c).items())) for c in configs}
 
     def start(self, study: optuna.Study) -> int:
@@ -67,6 +70,6 @@ class SampledSearch:
         return None
 
 
-def _holds_config(t) -> bool:
+def _holds_config(t: FrozenTrial) -> bool:
     """A trial that stands for its configuration: not a duplicate, and not one cut short (retried)."""
     return not is_duplicate(t) and not cut_short(t)

@@ -63,11 +63,11 @@ class SearchSpace:
     def micro_batches(self, global_batch: int) -> list[int]:
         return [d for d in divisors(global_batch) if self.micro_batch_min <= d <= self.micro_batch_max]
 
-    def grid(self, global_batch: int) -> dict[str, list]:
+    def grid(self, global_batch: int) -> dict[str, list[Any]]:
         """The Optuna grid: every dimension with its values. A group not always keyed (the
         model state) only where the space varies it: an activation-only space keeps the keys
         (and so the study names) of the spaces that had no model-state dimensions."""
-        out: dict[str, list] = {}
+        out: dict[str, list[Any]] = {}
         for d in searched():
             if d.name == "micro_batch":
                 out[d.name] = self.micro_batches(global_batch)
@@ -76,7 +76,7 @@ class SearchSpace:
         return out
 
 
-def canonical(config: dict) -> dict:
+def canonical(config: dict[str, Any]) -> dict[str, Any]:
     """A configuration as the study stores it: the keys of a group not always keyed (the model
     state) only where one of them is not its default, so a configuration of an activation-only
     space and the same one listed by a wider space (escalation, ``search_space=full``) are one
@@ -106,8 +106,8 @@ class _StrictLoader(yaml.SafeLoader):
     """YAML's safe loader, except that a key given twice in one mapping is an error (the
     plain loader keeps the last silently, so a space file could say two things at once)."""
 
-    def construct_mapping(self, node, deep=False):
-        seen = set()
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=deep)
             if key in seen:
@@ -116,7 +116,7 @@ class _StrictLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
-def load_space_file(path: str, problems: list[str]) -> dict | None:
+def load_space_file(path: str, problems: list[str]) -> dict[str, Any] | None:
     """The dimensions in a space file of the user's own (absolute or relative to the working
     directory), or None with the problem appended."""
     file, key = Path(path), "search_space.path"
@@ -139,7 +139,7 @@ def load_space_file(path: str, problems: list[str]) -> dict | None:
     return data
 
 
-def load_space(group: dict, problems: list[str], overridden: Iterable[str] = ()) -> SearchSpace | None:
+def load_space(group: dict[str, Any], problems: list[str], overridden: Iterable[str] = ()) -> SearchSpace | None:
     """Check the composed ``search_space`` group, or the file its ``path`` names; append every
     problem found to ``problems``. ``overridden``: the keys set on the command line; with a
     file, those of the group (``search_space.micro_batch.max=8``) apply over the file's, and are
@@ -152,7 +152,7 @@ def load_space(group: dict, problems: list[str], overridden: Iterable[str] = ())
         for key in given:
             dim, _, bound = key.removeprefix("search_space.").partition(".")
             if dim == "micro_batch" and bound in ("min", "max"):
-                bounds = data.get("micro_batch") if isinstance(data.get("micro_batch"), dict) else {}
+                bounds = data["micro_batch"] if isinstance(data.get("micro_batch"), dict) else {}
                 data["micro_batch"] = {**bounds, bound: (group.get("micro_batch") or {}).get(bound)}
             elif dim in SPACE_KEYS and not bound:
                 data[dim] = group.get(dim)
@@ -164,7 +164,7 @@ def load_space(group: dict, problems: list[str], overridden: Iterable[str] = ())
     return check_space(data, source, problems)
 
 
-def check_space(data: dict, source: str, problems: list[str]) -> SearchSpace | None:
+def check_space(data: dict[str, Any], source: str, problems: list[str]) -> SearchSpace | None:
     """A SearchSpace from a mapping of dimensions, or None; every problem goes to ``problems``."""
     for unknown in sorted(set(data) - SPACE_KEYS):
         problems.append(f"{source}: unknown dimension '{unknown}'; known: {', '.join(sorted(SPACE_KEYS))}")
@@ -175,7 +175,7 @@ def check_space(data: dict, source: str, problems: list[str]) -> SearchSpace | N
     return SearchSpace(choices, *bounds)
 
 
-def _values(d: Dimension, data: dict, source: str, problems: list[str]) -> tuple:
+def _values(d: Dimension, data: dict[str, Any], source: str, problems: list[str]) -> tuple[Any, ...]:
     """A dimension's listed values in their one spelling (its default where the space leaves it
     out, except checkpointing and precision, which a space must list), or () with the problem."""
     vals = data.get(d.name) if d.required or d.name in data else [d.default]
@@ -212,7 +212,7 @@ def _micro_batch_bounds(mb: Any, source: str, problems: list[str]) -> tuple[int,
     return int(lo), int(hi)
 
 
-def skip_reason(strategy: Strategy, supported: tuple, unsupported: dict[str, str],
+def skip_reason(strategy: Strategy, supported: tuple[Any, ...], unsupported: dict[str, str],
                 device_kind: str = "cuda") -> str | None:
     """Why the device cannot run ``strategy`` (so it is recorded as skipped), or None."""
     if strategy.precision not in supported:

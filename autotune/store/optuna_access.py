@@ -11,6 +11,8 @@ Optuna major version is pinned in pyproject.toml for the same reason.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import optuna
 from optuna.storages import BaseStorage
 
@@ -68,11 +70,13 @@ def read_trials(study: optuna.Study) -> list:
                         "FROM trial_intermediate_values i JOIN trials t ON t.trial_id = i.trial_id" + where,
     }
     with backend.engine.connect() as conn:
-        cursor = conn.connection.dbapi_connection.cursor()  # the driver's own rows: SQLAlchemy's cost 0.5 s
+        dbapi = conn.connection.dbapi_connection
+        assert dbapi is not None  # an open connection has its driver's
+        cursor = dbapi.cursor()  # the driver's own rows: SQLAlchemy's cost 0.5 s
 
-        def rows_of(query: str) -> list:
+        def rows_of(query: str) -> list[Any]:
             cursor.execute(query)
-            return cursor.fetchall()
+            return list(cursor.fetchall())
 
         trials = rows_of("SELECT trial_id, number, state, datetime_start, datetime_complete FROM trials t" + where
                          + " ORDER BY trial_id")

@@ -18,6 +18,7 @@ from contextlib import closing
 from pathlib import Path
 
 import optuna
+import optuna.storages.journal
 
 from autotune.store.optuna_access import read_trials, storage_of
 from autotune.store.redaction import redact, redact_files  # noqa: F401 (the storage's public names)
@@ -232,7 +233,7 @@ DIRECTIONS = ("maximize", "minimize")
 def open_study(name: str, url: str, sampler: optuna.samplers.BaseSampler | None = None) -> optuna.Study:
     storage = make_storage(url)
     try:
-        study = optuna.create_study(study_name=name, storage=storage, sampler=sampler, directions=list(DIRECTIONS),
+        study = optuna.create_study(study_name=name, storage=storage, sampler=sampler, directions=list(DIRECTIONS),  # type: ignore[arg-type]
                                     load_if_exists=True)
     except Exception as e:  # SQLAlchemy / Optuna errors from a storage we could not use
         raise storage_failure(url, e, f"cannot open study '{name}'") from None

@@ -6,6 +6,7 @@ through this table, so they all see the same figures.
 from __future__ import annotations
 
 import statistics
+from typing import Any
 
 import optuna
 import pandas as pd
@@ -60,7 +61,9 @@ def trials_table(study: optuna.Study, trials: list | None = None) -> pd.DataFram
     when no full measurement exists; the row's ``fidelity`` is ``full`` once one does.
     ``trials``: the study's trials where the caller has read them already.
     """
-    rows, repeats, left_out = [], {}, []
+    rows: list[dict[str, Any]] = []
+    repeats: dict[Any, list[Any]] = {}
+    left_out: list[Any] = []
     for t in (read_trials(study) if trials is None else trials):
         if not t.state.is_finished() or is_duplicate(t):
             continue
@@ -160,7 +163,7 @@ def _fold_repeats(row: dict, extra: list) -> None:
                process_spread=between if len(precise) > 1 else float("nan"),
                time_spread=max(within, between) if len(precise) > 1 else within,
                repeat_trials=";".join(str(r["number"]) for r in runs[1:]),
-               fidelity=max((fidelity_of(r) for r in runs), key=FIDELITY_RANK.get),
+               fidelity=max((fidelity_of(r) for r in runs), key=lambda f: FIDELITY_RANK.get(f, -1)),
                full_runs=sum(fidelity_of(r) == "full" for r in runs),
                spread_assumed=any(r.get("spread_assumed") is True for r in timed))  # a one-step probe's
     if full and probed:  # the probe's speed is replaced: its figures stay in the record

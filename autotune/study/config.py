@@ -119,7 +119,7 @@ class TuneConfig:
     model: ModelConfig = MISSING
     # The optimizer group: _target_ (a torch.optim class or your own), _partial_, keyword arguments.
     optimizer: dict[str, Any] = field(default_factory=lambda: {"_target_": "torch.optim.AdamW", "_partial_": True})
-    search_space: SearchSpaceConfig = MISSING
+    search_space: SearchSpaceConfig = MISSING  # type: ignore[valid-type]
     search: SearchConfig = field(default_factory=SearchConfig)
     roi: RoiConfig = field(default_factory=RoiConfig)
     trial: TrialConfig = field(default_factory=TrialConfig)
@@ -256,7 +256,7 @@ def config_keys() -> list[tuple]:
         for f in dataclasses.fields(cls):
             key, kind = prefix + f.name, hints[f.name]
             if "help" in f.metadata:
-                default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+                default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[operator]
                 rows.append((key, _text(default), f.metadata["help"]))
             elif dataclasses.is_dataclass(kind):
                 walk(kind, key + ".")

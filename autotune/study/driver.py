@@ -105,7 +105,7 @@ def progress_line(i: int, n: int, strategy: Strategy, result: dict, counter: str
     if status == "ok":
         fidelity = result.get("fidelity")
         precision = {"probe": ", probe", "raced": f", raced: {result.get('race')}"}.get(
-            fidelity, ", tied with the best" if result.get("race") == "tied" else "")
+            str(fidelity), ", tied with the best" if result.get("race") == "tied" else "")
         line += (f" peak {_fmt(result.get('peak_memory_gib'), '.3f')} GiB  "
                  f"{_fmt(result.get('samples_per_s'), '.1f')} samples/s  "
                  f"(spread {_fmt(100 * result.get('time_spread', float('nan')), '.0f')}%"
@@ -188,7 +188,7 @@ def measure_queue(study: optuna.Study, plan: Plan, run_dir: Path, search=None, s
     waiting_said = False
     while True:
         stop = stopping is not None and stopping.reached(study)
-        if stop and hasattr(search, "left") and search.left(study) == 0:
+        if stop and stopping is not None and hasattr(search, "left") and search.left(study) == 0:
             stopping.reason, stop = None, False  # the limit came as the search ran out: it ended
         trial = None if stop else search.next_trial(study)
         if trial is None:
@@ -275,7 +275,7 @@ def _record(study, trial: optuna.Trial, plan: Plan, run_dir: Path, result: dict,
             + (f"  [repeat {repeat} of trial {trial.user_attrs.get('repeat_of')}]" if repeat else ""))
     if result["status"] == "ok":
         peak = result.get("device_peak_gib", result.get("peak_memory_gib"))
-        study.tell(trial, [float(result["samples_per_s"]), float(peak)])
+        study.tell(trial, [float(result["samples_per_s"]), float(peak or 0.0)])  # an ok result has both (check_result)
     else:
         study.tell(trial, state=optuna.trial.TrialState.PRUNED if result["status"] in ("skipped", "pruned")
                    else optuna.trial.TrialState.FAIL)
@@ -318,7 +318,7 @@ def time_left(study: optuna.Study, search, stopping: Stopping | None, plan: Plan
     total = left * each
     kind = "probe(s)" if probing else "measurement(s)" if confirming else "trial(s)"
     then = ""
-    if probing:
+    if probing and plan is not None:
         full = _full_wall(finished, plan)
         if full is not None:
             total += 2 * full
@@ -470,7 +470,8 @@ def escalation(study: optuna.Study, plan: Plan, on_trial) -> Plan | None:
              and not score(table, plan.global_batch, b, plan.roi)[0]["fits_budget"].any()]
     if not short and "escalated" not in study.user_attrs:  # a resumed run goes on where it escalated
         return None
-    full = load_space({"path": str(SHIPPED_DIR / "full.yaml")}, problems := [])
+    problems: list[str] = []
+    full = load_space({"path": str(SHIPPED_DIR / "full.yaml")}, problems)
     if full is None:
         raise RuntimeError(f"the shipped full space does not load: {problems}")
     wider = replace(plan, space=plan.space.with_model_state(full), escalate=False)

@@ -56,9 +56,10 @@ def race_range(table: pd.DataFrame, plan: Plan, number: int) -> list[float] | No
         return None
     peak = float(mine.iloc[0]["peak_memory_gib"])
     speeds = [speed_at_objective(plan.objective, peak, float(v), baseline, plan.roi) for v in (lo, hi)]
-    if any(s is None for s in speeds):
+    known = [float(s) for s in speeds if s is not None]
+    if len(known) < len(speeds):
         return None
-    return sorted(float(s) for s in speeds)
+    return sorted(known)
 
 
 def full_round(table: pd.DataFrame, plan: Plan) -> list[tuple]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import optuna
 
@@ -26,7 +27,7 @@ def run_references(study: optuna.Study, plan, run_dir: Path, runner, on_trial: C
     table = trials_table(study)
     if table.empty or "losses" not in table:
         return 0
-    wanted = {}
+    wanted: dict[Any, Any] = {}
     for budget in plan.budgets:
         scored, _ = score(table, plan.global_batch, budget, plan.roi)
         for _, row in scored[scored["on_pareto"] & scored["loss_parity"].isna()].iterrows():

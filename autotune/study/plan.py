@@ -105,7 +105,7 @@ def _defined_in_source(target: str) -> bool:
     if not module_name or not attr:
         return False
     spec = importlib.util.find_spec(module_name)  # imports the parent packages only; raises if one is missing
-    if spec is None or not str(spec.origin or "").endswith(".py"):
+    if spec is None or spec.origin is None or not spec.origin.endswith(".py"):
         return False
     tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8", errors="replace"))
     for node in tree.body:
@@ -266,7 +266,8 @@ def make_plan(cfg: TuneConfig, overridden: frozenset = frozenset()) -> Plan:
     if problems:
         raise ConfigError(problems)
     setup = _setup(cfg, model_config, seq_len, global_batch, memory_cap, device, space, optimizer)
-    space_name = Path(cfg.search_space.path).stem if cfg.search_space.path else cfg.search_space.name
+    group = cfg.search_space  # a make_dataclass class (train/dimensions.py): mypy sees no fields
+    space_name = Path(group.path).stem if group.path else group.name  # type: ignore[attr-defined]
     return _plan(cfg, device, model_config, seq_len, global_batch, budgets, memory_cap, space, space_name,
                  micro_batches, roi, optimizer, reductions, setup)
 

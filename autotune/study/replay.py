@@ -68,6 +68,7 @@ class Replay:
 
     def _modeled(self, row: dict) -> float:
         """A full measurement's wall time under ``window``, from the recorded parts."""
+        assert self.window is not None  # called only with a window (_run)
         warmup, measure, min_s = self.window
         step = float(row.get("step_time_s") or 0.0)
         steps = min(200, max(measure, math.ceil(min_s / step))) if step > 0 else measure

@@ -65,7 +65,7 @@ class Measured:
 @dataclass
 class BestConfig:
     format: int = BEST_FORMAT
-    strategy: TunedStrategy = field(default_factory=TunedStrategy)
+    strategy: TunedStrategy = field(default_factory=TunedStrategy)  # type: ignore[valid-type]
     global_batch: int | None = None
     objective: str | None = None  # roi | throughput
     budget_gib: float | None = None  # the budget this configuration was chosen for

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from autotune.system.linux import cpu_model_name
 
@@ -20,21 +21,21 @@ class DeviceInfo:
     index: int  # CUDA device index (0 on CPU)
     name: str
     memory_gib: float  # total device memory (physical RAM on CPU)
-    precisions: tuple  # precisions this device runs natively
-    unsupported: dict  # precision -> why it is not offered here
+    precisions: tuple[Any, ...]  # precisions this device runs natively
+    unsupported: dict[str, Any]  # precision -> why it is not offered here
     driver: str | None = None
 
     @property
     def torch_device(self) -> str:
         return f"cuda:{self.index}" if self.kind == "cuda" else "cpu"
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["precisions"] = list(self.precisions)
         return d
 
 
-def nvml_handle(index: int):
+def nvml_handle(index: int) -> Any:
     """An NVML handle for CUDA device ``index``, or None when NVML is not usable here."""
     try:
         import pynvml
@@ -45,7 +46,7 @@ def nvml_handle(index: int):
         return None
 
 
-def nvml_used_bytes(handle) -> int | None:
+def nvml_used_bytes(handle: Any) -> int | None:
     if handle is None:
         return None
     import pynvml
@@ -131,7 +132,7 @@ def resolve_device(spec: str) -> DeviceInfo:
     raise ValueError(f"device={spec}: unknown device; use one of auto, cpu, cuda, cuda:N")
 
 
-def environment(device: DeviceInfo) -> dict:
+def environment(device: DeviceInfo) -> dict[str, Any]:
     """The hardware and software a run measured on, for the report (no CUDA context made)."""
     import platform
 

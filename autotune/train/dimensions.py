@@ -106,9 +106,9 @@ class Dimension:
             except ValueError as e:  # the parser names the value; the dimension's name leads
                 why = str(e).split(": ", 1)[-1] if str(e).startswith(f"{self.name}=") else str(e)
                 raise ValueError(f"{self.name}={value!r}: {why}") from None
-        why = self.problem(value)
-        if why:
-            raise ValueError(f"{self.name}={value!r}: {why}")
+        problem = self.problem(value)
+        if problem:
+            raise ValueError(f"{self.name}={value!r}: {problem}")
         return value
 
     def problem(self, value: Any) -> str | None:
@@ -259,8 +259,8 @@ def value_in(row: Mapping[str, Any], name: str) -> Any:
     value = row.get(name)
     if missing(value):
         return d.default
-    if d.type in (int, bool):  # numpy's, or a float column's
-        value = d.type(value)
+    if d.type is int or d.type is bool:  # numpy's, or a float column's
+        value = d.type(value)  # type: ignore[arg-type]
     return d.check(value)
 
 

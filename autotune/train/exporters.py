@@ -12,6 +12,7 @@ runs as it is.
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 from autotune.train.dimensions import DIMENSIONS, checkpoint_fraction, checkpoint_label
 
@@ -20,7 +21,7 @@ class NotExpressible(UserWarning):
     """A tuned setting the target framework has no setting for."""
 
 
-def _per_device(tuned, world_size: int) -> int:
+def _per_device(tuned: Any, world_size: int) -> int:
     """Accumulation per device that keeps the tuned global batch with ``world_size`` devices."""
     if world_size < 1:
         raise ValueError(f"world_size={world_size}: must be >= 1 (the number of training processes)")
@@ -29,7 +30,7 @@ def _per_device(tuned, world_size: int) -> int:
         raise ValueError(f"world_size={world_size}: the tuned global batch {tuned.global_batch} is not a multiple of "
                          f"micro_batch {tuned.micro_batch} x {world_size} devices; use a world_size that divides "
                          f"{tuned.global_batch // tuned.micro_batch}")
-    return tuned.global_batch // per_step
+    return int(tuned.global_batch // per_step)
 
 
 def _warn(framework: str, missing: list[str]) -> None:
@@ -39,7 +40,7 @@ def _warn(framework: str, missing: list[str]) -> None:
                       NotExpressible, stacklevel=3)
 
 
-def _model_side(tuned, full_checkpointing_expressible: bool) -> list[str]:
+def _model_side(tuned: Any, full_checkpointing_expressible: bool) -> list[str]:
     """The parts of the strategy that only ``tuned.apply(model)`` can set up."""
     missing = []
     fraction = checkpoint_fraction(tuned.checkpointing)
@@ -49,7 +50,7 @@ def _model_side(tuned, full_checkpointing_expressible: bool) -> list[str]:
     return missing + _not_expressible(tuned.strategy, optimizer_side=False)
 
 
-def _not_expressible(strategy, optimizer_side: bool) -> list[str]:
+def _not_expressible(strategy: Any, optimizer_side: bool) -> list[str]:
     """The declared notes (train/dimensions.py) of the dimensions away from their defaults that
     no trainer setting expresses, applied by ``tuned.apply(model)`` or by ``tuned.optimizer``."""
     return [d.not_expressible.format(name=d.name, value=d.spell(getattr(strategy, d.name)))
@@ -62,12 +63,12 @@ HF_OPTIM = {("AdamW", "default", "default"): "adamw_torch", ("AdamW", "default",
             ("SGD", "default", "default"): "sgd"}  # torch.optim / torchao optimizers Hugging Face names
 
 
-def _optimizer_side(tuned) -> list[str]:
+def _optimizer_side(tuned: Any) -> list[str]:
     """What of the tuned optimizer only ``tuned.optimizer(params)`` builds."""
     return _not_expressible(tuned.strategy, optimizer_side=True)
 
 
-def _hf_optimizer(tuned) -> tuple:
+def _hf_optimizer(tuned: Any) -> tuple[Any, ...]:
     """(TrainingArguments keys for the tuned optimizer, what they cannot express)."""
     s, spec = tuned.strategy, tuned.optimizer_spec
     key = (spec.name if spec.target.startswith("torch.optim") else spec.target, s.optimizer_state, s.optimizer_impl)
@@ -86,7 +87,7 @@ def _hf_optimizer(tuned) -> tuple:
     return args, missing
 
 
-def hf_training_args(tuned, world_size: int = 1) -> dict:
+def hf_training_args(tuned: Any, world_size: int = 1) -> dict[str, Any]:
     """``transformers.TrainingArguments`` keyword arguments for the tuned strategy.
 
     Full checkpointing maps onto ``gradient_checkpointing`` (``activation_checkpointing`` in
@@ -122,7 +123,7 @@ def _hf_checkpointing_key() -> str:
 LIGHTNING_PRECISION = {"fp32": "32-true", "bf16": "bf16-mixed", "fp16": "16-mixed"}
 
 
-def lightning_trainer_kwargs(tuned, world_size: int = 1) -> dict:
+def lightning_trainer_kwargs(tuned: Any, world_size: int = 1) -> dict[str, Any]:
     """``lightning.Trainer`` keyword arguments for the tuned strategy: ``precision`` and
     ``accumulate_grad_batches``. ``configure_optimizers`` returns ``tuned.optimizer(self.parameters())``
     (warned about when the tuned model state is not the plain optimizer's). The DataLoader's

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from typing import Any
 
 import torch
 
@@ -56,7 +57,7 @@ class CpuMemory:
         if reset_peak_rss() and self.mapped:  # else the lifetime peak it is, recorded as such
             self.method = "peak RSS of one step, large allocations mapped"
 
-    def end_window(self) -> dict:
+    def end_window(self) -> dict[str, Any]:
         result = self.finish()
         mmap_threshold(32 * 1024 * 1024)
         return result
@@ -64,7 +65,7 @@ class CpuMemory:
     def in_use(self) -> int:
         return rss_bytes() - self.baseline
 
-    def finish(self) -> dict:
+    def finish(self) -> dict[str, Any]:
         library_pages = max(0, _rss_file_bytes() - self.baseline_file)
         peak = peak_rss_bytes() - self.baseline - library_pages
         untracked = getattr(self, "untracked", 0)
@@ -85,9 +86,10 @@ class CudaMemory:
         torch.cuda.mem_get_info(index)  # creates the context, and allocates nothing
         torch.cuda.synchronize(index)
         after = nvml_used_bytes(self.handle)
-        self.context = None if after is None else after - self.nvml_before - torch.cuda.memory_reserved(index)
+        self.context = (None if after is None or self.nvml_before is None
+                        else after - self.nvml_before - torch.cuda.memory_reserved(index))
 
-    def limit(self, budget_gib: float | None) -> dict:
+    def limit(self, budget_gib: float | None) -> dict[str, Any]:
         """Simulate a card of ``budget_gib``: cap this process's caching allocator at the
         budget less the CUDA context, so a trial that would not fit such a card runs out of
         memory here too. Not simulated: the other card's speed, and memory other processes
@@ -106,7 +108,7 @@ class CudaMemory:
     def in_use(self) -> int:
         return torch.cuda.memory_allocated()
 
-    def finish(self) -> dict:
+    def finish(self) -> dict[str, Any]:
         torch.cuda.synchronize()
         stats = torch.cuda.memory_stats()
         reserved = torch.cuda.max_memory_reserved()
@@ -118,7 +120,7 @@ class CudaMemory:
             "num_alloc_retries": int(stats.get("num_alloc_retries", 0)),
         }
         used = nvml_used_bytes(self.handle)
-        if used is not None:
+        if used is not None and self.nvml_before is not None and self.context is not None:
             out["nvml_used_gib"] = (used - self.nvml_before) / GIB  # this process's share, context included
             out["cuda_context_gib"] = self.context / GIB
             # What the device must hold for this configuration: the fit test uses this.
@@ -147,13 +149,13 @@ def host_link_gib_s(index: int, size_mib: int = 256, repeats: int = 3) -> float:
     return best
 
 
-def memory_probe(device: str):
+def memory_probe(device: str) -> CudaMemory | CpuMemory:
     if device.startswith("cuda"):
         return CudaMemory(int(device.split(":")[1]) if ":" in device else 0)
     return CpuMemory()
 
 
-def step_time_stats(step_times: list[float], global_batch: int) -> dict:
+def step_time_stats(step_times: list[float], global_batch: int) -> dict[str, Any]:
     """Median step time, its spread (IQR / median) and samples per second."""
     times = sorted(step_times)
     median = statistics.median(times)

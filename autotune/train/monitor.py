@@ -25,6 +25,7 @@ import statistics
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, Literal
 
 import torch
 
@@ -55,7 +56,8 @@ class track_memory(contextlib.ContextDecorator):
     the ``autotune`` logger at INFO. ``device``: a CUDA device (default: the current one
     when CUDA is initialised, else the CPU)."""
 
-    def __init__(self, name: str = "block", device=None, report: Callable | None = None):
+    def __init__(self, name: str = "block", device: str | torch.device | None = None,
+                 report: Callable[..., Any] | None = None) -> None:
         self.name = name
         self.device = torch.device(device) if device is not None else None
         self.report = report or (lambda name, stats: log.info(f"memory of {name}: {stats}"))
@@ -75,7 +77,7 @@ class track_memory(contextlib.ContextDecorator):
             reset_peak_rss()  # the kernel's peak RSS counter restarts here
         return self
 
-    def __exit__(self, *exc) -> bool:
+    def __exit__(self, *exc: object) -> Literal[False]:
         if self._cuda():
             torch.cuda.synchronize(self.device)
             index = (self.device.index if self.device is not None and self.device.index is not None
@@ -103,7 +105,8 @@ class LeakCheck:
     not do: a steady CPU run's RSS wanders by 100 MiB and more as the heap takes and gives
     back pages, while the bytes held from malloc stay flat to the byte."""
 
-    def __init__(self, window: int = 10, min_growth_mib: float = 16.0, device=None):
+    def __init__(self, window: int = 10, min_growth_mib: float = 16.0,
+                 device: str | torch.device | None = None) -> None:
         if window < 3:
             raise ValueError(f"window={window}: must be >= 3 steps")
         self.window, self.min_growth = window, min_growth_mib * 2**20

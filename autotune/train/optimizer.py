@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 MODEL_STATE_DEFAULTS = defaults(MODEL_STATE)
 
 
-def state_value(key: str, value):
+def state_value(key: str, value: Any) -> Any:
     """A model-state dimension's value, its default where a trial has none (one of an
     activation-only space, or measured before escalation)."""
     return MODEL_STATE_DEFAULTS[key] if missing(value) else value
@@ -73,20 +73,20 @@ class OptimizerSpec:
         return self.target.replace(":", ".").rsplit(".", 1)[-1]
 
 
-def _is_adamw(cls) -> bool:
+def _is_adamw(cls: type) -> bool:
     import torch
 
     return cls is torch.optim.AdamW
 
 
-def _accepts(cls, name: str) -> bool:
+def _accepts(cls: type, name: str) -> bool:
     try:
         return name in inspect.signature(cls).parameters
     except (TypeError, ValueError):
         return False
 
 
-def combination_problem(strategy) -> str | None:
+def combination_problem(strategy: Any) -> str | None:
     """Why these model-state values do not go together (whatever the optimizer), or None:
     such combinations are not enumerated, and a sampler's pick of one is recorded skipped."""
     state, weights, impl = strategy.optimizer_state, strategy.weights, strategy.optimizer_impl
@@ -103,7 +103,7 @@ def combination_problem(strategy) -> str | None:
     return None
 
 
-def unsupported(strategy, spec: OptimizerSpec, custom_factory: bool = False) -> str | None:
+def unsupported(strategy: Any, spec: OptimizerSpec, custom_factory: bool = False) -> str | None:
     """Why ``strategy``'s model-state dimensions cannot apply to this optimizer, or None."""
     if strategy.model_state == tuple(MODEL_STATE_DEFAULTS.values()):
         return None
@@ -128,13 +128,13 @@ def unsupported(strategy, spec: OptimizerSpec, custom_factory: bool = False) -> 
     return None
 
 
-def changes_numerics(strategy) -> list[str]:
+def changes_numerics(strategy: Any) -> list[str]:
     """What in ``strategy`` makes training compute other numbers than fp32 with the plain
     optimizer (each one a label for trials.csv, best.yaml and the report)."""
     return numerics_of(strategy.as_dict())
 
 
-def build(params, strategy, spec: OptimizerSpec, lr: float, custom: OptimizerFactory | None = None):
+def build(params: Any, strategy: Any, spec: OptimizerSpec, lr: float, custom: OptimizerFactory | None = None) -> Any:
     """The optimizer ``strategy`` trains with. ``custom``: the workload's own factory."""
     params = list(params)
     if custom is not None:
@@ -154,8 +154,8 @@ def build(params, strategy, spec: OptimizerSpec, lr: float, custom: OptimizerFac
     return cls(params, **kwargs)
 
 
-def needs_torchao(strategy) -> bool:
-    return strategy.optimizer_offload or strategy.optimizer_state != "default" or strategy.weights == "bf16"
+def needs_torchao(strategy: Any) -> bool:
+    return bool(strategy.optimizer_offload or strategy.optimizer_state != "default" or strategy.weights == "bf16")
 
 
 def tensor_bytes(t: torch.Tensor) -> int:
@@ -165,12 +165,12 @@ def tensor_bytes(t: torch.Tensor) -> int:
 
     flatten = getattr(type(t), "__tensor_flatten__", None)
     if flatten is not None and type(t) is not torch.Tensor and type(t) is not torch.nn.Parameter:
-        names, _ = t.__tensor_flatten__()
+        names, _ = flatten(t)
         return sum(tensor_bytes(getattr(t, n)) for n in names)
     return t.numel() * t.element_size()
 
 
-def state_tensors(optimizer) -> list[torch.Tensor]:
+def state_tensors(optimizer: Any) -> list[torch.Tensor]:
     """The optimizer state's tensors on the device the model trains on: the host-side
     copies of an offloaded optimizer are not device memory."""
     import torch

@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from autotune.train.dimensions import (
@@ -76,14 +76,14 @@ class Strategy:
     def __repr__(self) -> str:
         return f"Strategy({', '.join(f'{k}={v!r}' for k, v in self._values.items())})"
 
-    def __reduce__(self) -> tuple:
+    def __reduce__(self) -> tuple[Any, ...]:
         return _strategy, (dict(self._values),)
 
     def replace(self, **changes: Any) -> Strategy:
         return Strategy(**{**self._values, **changes})
 
     @property
-    def model_state(self) -> tuple:
+    def model_state(self) -> tuple[Any, ...]:
         """The model-state dimensions: what changes the memory no micro-batch changes."""
         return tuple(self._values[d.name] for d in in_group(MODEL_STATE))
 
@@ -118,12 +118,12 @@ def blocks_to_checkpoint(blocks: Sequence[torch.nn.Module], fraction: float) -> 
     return blocks[:k]
 
 
-def _checkpointed(forward):
+def _checkpointed(forward: Callable[..., Any]) -> Callable[..., Any]:
     import torch
     import torch.utils.checkpoint
 
     @functools.wraps(forward)
-    def run(*args, **kwargs):
+    def run(*args: Any, **kwargs: Any) -> Any:
         if not torch.is_grad_enabled():  # evaluation: nothing to save, nothing to recompute
             return forward(*args, **kwargs)
         # Non-reentrant checkpointing supports keyword arguments and restores the RNG state,
@@ -133,7 +133,7 @@ def _checkpointed(forward):
     return run
 
 
-def apply_checkpointing(blocks: Iterable[torch.nn.Module], mode) -> int:
+def apply_checkpointing(blocks: Iterable[torch.nn.Module], mode: Any) -> int:
     """Wrap the selected blocks' forward in activation checkpointing; returns how many.
 
     ``mode``: none, full or a fraction (``blocks_to_checkpoint`` says which blocks). The
@@ -151,7 +151,7 @@ def apply_checkpointing(blocks: Iterable[torch.nn.Module], mode) -> int:
     for block in chosen:
         if not getattr(block, "_autotune_checkpointed", False):
             block.forward = _checkpointed(block.forward)
-            block._autotune_checkpointed = True
+            setattr(block, "_autotune_checkpointed", True)  # noqa: B010 (a module attribute mypy would read as a submodule)
     return len(chosen)
 
 
@@ -163,7 +163,7 @@ def apply_declared(model: torch.nn.Module, strategy: Strategy) -> None:
             d.apply(model, getattr(strategy, d.name))
 
 
-def autocast_context(precision: str, device_type: str):
+def autocast_context(precision: str, device_type: str) -> contextlib.AbstractContextManager[Any]:
     if precision not in PRECISIONS:
         raise ValueError(f"precision={precision!r}: use one of {', '.join(PRECISIONS)}")
     if precision == "fp32":
@@ -173,7 +173,7 @@ def autocast_context(precision: str, device_type: str):
     return torch.autocast(device_type=device_type, dtype=getattr(torch, AUTOCAST_DTYPES[precision]))
 
 
-def offload_context(offload: bool, device_type: str):
+def offload_context(offload: bool, device_type: str) -> contextlib.AbstractContextManager[Any]:
     """Keep the tensors autograd saves for backward in CPU memory (pinned on CUDA, so the
     copies back overlap), which trades PCIe traffic for device memory."""
     if not offload:
@@ -183,7 +183,7 @@ def offload_context(offload: bool, device_type: str):
     return torch.autograd.graph.save_on_cpu(pin_memory=device_type == "cuda")
 
 
-def saved_bytes_counter(total: list):
+def saved_bytes_counter(total: list[Any]) -> contextlib.AbstractContextManager[Any]:
     """Hooks in offload's place that add to ``total[0]`` the bytes of every tensor autograd
     saves and leave the tensor where it is: what ``save_on_cpu`` would copy to the host (and
     back), since it copies each saved tensor once per save, at this same level."""
@@ -201,7 +201,8 @@ def saved_bytes_counter(total: list):
 
 
 @contextlib.contextmanager
-def forward_context(strategy: Strategy, device_type: str, count_saved: list | None = None):
+def forward_context(strategy: Strategy, device_type: str,
+                    count_saved: list[Any] | None = None) -> Iterator[None]:
     """What wraps each micro-step's forward: the precision and, if tuned, the offload.
     ``count_saved`` (a one-item list), for a configuration without offload: sum up what
     offload would move (``saved_bytes_counter``)."""
@@ -219,7 +220,7 @@ def forward_context(strategy: Strategy, device_type: str, count_saved: list | No
 PINNED_FAST = "pinned_use_cuda_host_register:True,pinned_num_register_threads:8"
 
 
-def allocator_env(allocator: str, offload: bool = False) -> dict:
+def allocator_env(allocator: str, offload: bool = False) -> dict[str, Any]:
     """Environment for a process whose CUDA allocator should use ``allocator`` (and, with
     ``offload``, pin host memory by registering it on several threads: ``PINNED_FAST``); it
     must be set before CUDA starts in that process."""

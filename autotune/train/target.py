@@ -4,9 +4,10 @@ older ``package.module:Name``; the standard library's ``pkgutil.resolve_name`` r
 from __future__ import annotations
 
 import pkgutil
+from typing import Any
 
 
-def resolve(target: str):
+def resolve(target: str) -> Any:
     """The object ``target`` names, imported (ImportError, AttributeError or ValueError when
     it cannot be)."""
     if not isinstance(target, str) or not target.strip():

@@ -17,12 +17,14 @@ Trainers: ``TrainingArguments(**tuned.to_hf_training_args())``, ``Trainer(**tune
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import torch
 import yaml
@@ -55,8 +57,8 @@ from autotune.train.workload import find_blocks
 class Tuned:
     strategy: Strategy
     device_type: str = "cuda"  # the device kind it was tuned on; autocast's default
-    model: dict = field(default_factory=dict)  # name, target, config, seq_len of the tuned model
-    measured: dict = field(default_factory=dict)  # the trial's figures
+    model: dict[str, Any] = field(default_factory=dict)  # name, target, config, seq_len of the tuned model
+    measured: dict[str, Any] = field(default_factory=dict)  # the trial's figures
     budget_gib: float | None = None  # the budget it was tuned for
     memory_cap_gib: float | None = None  # the cap the trials ran under (None: uncapped)
     optimizer_spec: OptimizerSpec = field(default_factory=OptimizerSpec)  # the optimizer the trials trained with
@@ -68,27 +70,27 @@ class Tuned:
 
     @property
     def checkpointing(self) -> str:
-        return self.strategy.checkpointing
+        return str(self.strategy.checkpointing)
 
     @property
     def precision(self) -> str:
-        return self.strategy.precision
+        return str(self.strategy.precision)
 
     @property
     def offload(self) -> bool:
-        return self.strategy.offload
+        return bool(self.strategy.offload)
 
     @property
     def allocator(self) -> str:
-        return self.strategy.allocator
+        return str(self.strategy.allocator)
 
     @property
     def micro_batch(self) -> int:
-        return self.strategy.micro_batch
+        return int(self.strategy.micro_batch)
 
     @property
     def accumulation(self) -> int:
-        return self.strategy.accumulation
+        return int(self.strategy.accumulation)
 
     @property
     def global_batch(self) -> int:
@@ -113,12 +115,12 @@ class Tuned:
             model.to(torch.bfloat16)
         if self.offload and not getattr(model, "_autotune_offloaded", False):
             model.forward = _offloaded(model.forward, self.device_type)
-            model._autotune_offloaded = True
+            setattr(model, "_autotune_offloaded", True)  # noqa: B010 (a module attribute mypy would read as a submodule)
         apply_declared(model, self.strategy)
         self.set_allocator()
         return model
 
-    def optimizer(self, params, lr: float | None = None, **kwargs) -> torch.optim.Optimizer:
+    def optimizer(self, params: Any, lr: float | None = None, **kwargs: Any) -> torch.optim.Optimizer:
         """The tuned optimizer over ``params``: the optimizer the trials trained with (best.yaml's
         ``optimizer``), holding its state as tuned (8/4-bit, on the host, bf16 weights with
         stochastic rounding, fused). ``lr`` and ``kwargs`` override best.yaml's."""
@@ -127,7 +129,9 @@ class Tuned:
         why_not = build_problem(self.strategy, spec)
         if why_not:
             raise ValueError(f"the tuned optimizer cannot be built: {why_not}")
-        return build_optimizer(params, self.strategy, spec, lr if lr is not None else (self.lr or 1e-3))
+        optimizer: torch.optim.Optimizer = build_optimizer(params, self.strategy, spec,
+                                                           lr if lr is not None else (self.lr or 1e-3))
+        return optimizer
 
     def check_trust(self) -> None:
         """Raise ``trust.UntrustedTarget`` unless both the model builder and the optimizer this
@@ -135,21 +139,22 @@ class Tuned:
         trust.check(self.model.get("target") or "autotune.models.bert:build", "model.target", self.source, self.trust)
         trust.check(self.optimizer_spec.target, "optimizer.target", self.source, self.trust)
 
-    def model_builder(self):
+    def model_builder(self) -> Callable[..., Any]:
         """The builder the trials built the model with (best.yaml's ``model.target``; BERT's when
         it names none), imported only from a trusted package (``train/trust.py``)."""
         target = self.model.get("target") or "autotune.models.bert:build"
         trust.check(target, "model.target", self.source, self.trust)
-        return resolve(target)
+        builder: Callable[..., Any] = resolve(target)
+        return builder
 
-    def autocast(self, device_type: str | None = None):
+    def autocast(self, device_type: str | None = None) -> contextlib.AbstractContextManager[Any]:
         return autocast_context(self.precision, device_type or self.device_type)
 
-    def forward_context(self, device_type: str | None = None):
+    def forward_context(self, device_type: str | None = None) -> contextlib.AbstractContextManager[Any]:
         """The context for each micro-step's forward: autocast, plus activation offload if tuned."""
         return forward_context(self.strategy, device_type or self.device_type)
 
-    def forward(self, device_type: str | None = None):
+    def forward(self, device_type: str | None = None) -> contextlib.AbstractContextManager[Any]:
         """Deprecated name of ``forward_context`` (it is a context, not a forward pass)."""
         warnings.warn("Tuned.forward() is renamed Tuned.forward_context()", DeprecationWarning, stacklevel=2)
         return self.forward_context(device_type)
@@ -188,27 +193,27 @@ class Tuned:
     def scaler(self, device_type: str | None = None) -> torch.amp.GradScaler:
         return make_scaler(self.precision, device_type or self.device_type)
 
-    def to_hf_training_args(self, world_size: int = 1) -> dict:
+    def to_hf_training_args(self, world_size: int = 1) -> dict[str, Any]:
         """``TrainingArguments(output_dir=..., **tuned.to_hf_training_args())``; warns about what
         it cannot express (``exporters.hf_training_args``)."""
         return hf_training_args(self, world_size)
 
-    def to_lightning(self, world_size: int = 1) -> dict:
+    def to_lightning(self, world_size: int = 1) -> dict[str, Any]:
         """``lightning.Trainer(**tuned.to_lightning())``, DataLoader batch_size=tuned.micro_batch;
         warns about what it cannot express (``exporters.lightning_trainer_kwargs``)."""
         return lightning_trainer_kwargs(self, world_size)
 
 
-def _offloaded(forward, device_type: str):
+def _offloaded(forward: Callable[..., Any], device_type: str) -> Callable[..., Any]:
     @functools.wraps(forward)
-    def run(*args, **kwargs):
+    def run(*args: Any, **kwargs: Any) -> Any:
         with offload_context(True, device_type):
             return forward(*args, **kwargs)
 
     return run
 
 
-def load_tuned(path, trust: Sequence[str] = ()) -> Tuned:
+def load_tuned(path: str | os.PathLike[str], trust: Sequence[str] = ()) -> Tuned:
     """Read a ``best.yaml`` (or the ``best.yaml`` of a run directory). It names code (the model
     builder, the optimizer), imported only when asked for (``tuned.optimizer()``,
     ``tuned.model_builder()``) and only from trusted packages: torch, torchao, autotune, those
@@ -224,7 +229,7 @@ def load_tuned(path, trust: Sequence[str] = ()) -> Tuned:
     return tuned_from_dict(data, source=str(path), trust=trust)
 
 
-def tuned_from_dict(data, source: str = "the tuned config", trust: Sequence[str] = ()) -> Tuned:
+def tuned_from_dict(data: Any, source: str = "the tuned config", trust: Sequence[str] = ()) -> Tuned:
     """A ``Tuned`` from best.yaml's content as a mapping: how a Hydra app that composes
     best.yaml as a config group gets it (``tuned_from_dict(OmegaConf.to_container(cfg.tuned))``)."""
     if not isinstance(data, dict) or not isinstance(data.get("strategy"), dict):
@@ -232,7 +237,7 @@ def tuned_from_dict(data, source: str = "the tuned config", trust: Sequence[str]
                          "run wrote")
     s = data["strategy"]
 
-    def bad(key, why):
+    def bad(key: str, why: str | None) -> ValueError:
         return ValueError(f"{source}: strategy.{key}={s.get(key)!r}: {why}; correct it or use the best.yaml "
                           "the run wrote")
 
@@ -242,8 +247,10 @@ def tuned_from_dict(data, source: str = "the tuned config", trust: Sequence[str]
         problem = count_problem(s.get(key), f"strategy.{key}", maximum)
         if problem:
             raise bad(key, problem)
-    for key, check in (("global_batch", lambda v: count_problem(v, "global_batch")), ("budget_gib", gib_problem),
-                       ("memory_cap_gib", lambda v: gib_problem(v, "memory_cap_gib"))):
+    checks: tuple[tuple[str, Callable[[Any], str | None]], ...] = (
+        ("global_batch", lambda v: count_problem(v, "global_batch")), ("budget_gib", gib_problem),
+        ("memory_cap_gib", lambda v: gib_problem(v, "memory_cap_gib")))
+    for key, check in checks:
         if data.get(key) is not None and check(data[key]):
             raise ValueError(f"{source}: {key}={data[key]!r}: {check(data[key])}; correct it or use the best.yaml the "
                              "run wrote")
@@ -251,7 +258,7 @@ def tuned_from_dict(data, source: str = "the tuned config", trust: Sequence[str]
         raise ValueError(f"{source}: global_batch={data['global_batch']} is not strategy.micro_batch x "
                          f"strategy.accumulation ({s['micro_batch']} x {s['accumulation']}); correct it or use the "
                          "best.yaml the run wrote")
-    opt = data.get("optimizer") if isinstance(data.get("optimizer"), dict) else {}
+    opt: dict[str, Any] = data["optimizer"] if isinstance(data.get("optimizer"), dict) else {}
     for key, value in (
         ("optimizer.lr", opt.get("lr")),
         ("optimizer.kwargs.lr", (opt.get("kwargs") or {}).get("lr") if isinstance(opt.get("kwargs"), dict) else None),

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Any
 
 from autotune.system.linux import cpu_busy_seconds, load_average, process_cpu_seconds, usable_cpus
 
@@ -37,7 +38,7 @@ class Contention:
 
     def finish(self) -> dict:
         wall = time.monotonic() - self.t0
-        out = {"trial_cores": len(self.cpus), "load_average": load_average()}
+        out: dict[str, Any] = {"trial_cores": len(self.cpus), "load_average": load_average()}
         reasons = []
         busy = cpu_busy_seconds(self.cpus)
         if busy is not None and self.busy0 is not None and wall > 0:

@@ -4,12 +4,14 @@
 the benchmarks write, and what the trial process (``trial/run.py``) reads: one typed
 definition, checked when read, so a key that one side renames fails loudly at the other
 instead of silently taking a default. ``TrialResult`` names the fields a result carries;
-every status but ``ok`` carries ``cause``.
+every status but ``ok`` carries ``cause``, and ``check_result`` holds a result read back to
+that (the driver's side of the boundary: ``trial/runner.py``).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, TypedDict
+from typing import Any, TypedDict, cast, get_type_hints
 
 # Every way a trial ends (the driver records one of these as the trial's ``status``).
 STATUSES = ("ok", "oom", "crash", "timeout", "nan", "error", "skipped", "pruned")
@@ -52,7 +54,7 @@ class TrialSpec:
     offload_bound: bool = True
 
     @classmethod
-    def from_dict(cls, data: dict) -> TrialSpec:
+    def from_dict(cls, data: dict[str, Any]) -> TrialSpec:
         """Read a spec; an unknown or missing key is an error naming it."""
         if isinstance(data, TrialSpec):
             return data
@@ -65,10 +67,10 @@ class TrialSpec:
         except (KeyError, TypeError) as e:
             raise ValueError(f"trial spec: {e}") from None
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    def but(self, **changes) -> TrialSpec:
+    def but(self, **changes: Any) -> TrialSpec:
         """A copy with some fields changed (a result path, a launch time, a profile folder)."""
         return TrialSpec.from_dict({**self.to_dict(), **changes})
 
@@ -121,3 +123,40 @@ class TrialResult(TypedDict, total=False):
     gpu_other_sm_util: int | None
     n_checkpointed: int
     n_blocks: int
+
+
+# The JSON types each annotation of TrialResult admits (a field a result does not hold is
+# absent; None only where the annotation allows it).
+_JSON_TYPES: dict[str, tuple[type, ...]] = {"str": (str,), "int": (int,), "float": (int, float), "bool": (bool,),
+                                             "list[float]": (list,), "dict[str, float]": (dict,)}
+
+
+class ResultError(ValueError):
+    """A result file that breaks the contract: the message names the key and the value."""
+
+
+def check_result(data: Any) -> TrialResult:
+    """``data`` (a result.json as read back) as a ``TrialResult``: a mapping with a known
+    status, a cause for every status but ``ok``, the figures of an ok one, and every field
+    ``TrialResult`` names of its type. Fields it does not name pass as they are (device
+    details the table keeps: ``peak_rss_gib``, ``allocator_conf``, ...)."""
+    if not isinstance(data, dict):
+        raise ResultError(f"trial result: not a mapping but {type(data).__name__}")
+    if data.get("status") not in STATUSES:
+        raise ResultError(f"trial result: status={data.get('status')!r}; one of {', '.join(STATUSES)}")
+    if data["status"] != "ok" and not isinstance(data.get("cause"), str):
+        raise ResultError(f"trial result: status={data['status']!r} without a cause")
+    if data["status"] == "ok":
+        for key in ("peak_memory_gib", "samples_per_s"):
+            if not isinstance(data.get(key), (int, float)) or not math.isfinite(data[key]):
+                raise ResultError(f"trial result: status='ok' with {key}={data.get(key)!r}")
+    for key, annotation in get_type_hints(TrialResult).items():
+        value = data.get(key)
+        if value is None:
+            continue  # absent, or None where the trial did not get that far
+        text = str(annotation)
+        name = annotation.__name__ if text.startswith("<class ") else text.replace(" | None", "")
+        wanted = _JSON_TYPES[name]
+        if not isinstance(value, wanted) or (isinstance(value, bool) and bool not in wanted):
+            raise ResultError(f"trial result: {key}={value!r} is not {name}")
+    return cast(TrialResult, data)

@@ -60,7 +60,7 @@ def unimportable(module: str):
     if module in sys.modules:  # already imported (by whoever started the server): nothing to hide
         yield
         return
-    sys.modules[module] = None
+    sys.modules[module] = None  # type: ignore[assignment]  # import then raises ImportError
     try:
         yield
     finally:

@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Literal
 
 TICK_S = 15.0  # the most a run stays silent while a trial runs
 WRITE_EVERY_S = 0.5  # the trial rewrites its line at most this often within one phase
@@ -27,7 +28,8 @@ class TrialProgress:
     phase is written at once, steps within a phase at most every ``every`` seconds)."""
 
     def __init__(self, path: Path | None, every: float = WRITE_EVERY_S):
-        self.path, self.every, self.last, self.phase = path, every, 0.0, None
+        self.path, self.every, self.last = path, every, 0.0
+        self.phase: str | None = None
 
     def say(self, text: str, phase: str | None = None) -> None:
         if self.path is None:
@@ -66,7 +68,7 @@ class Ticker:
         self.thread.start()
         return self
 
-    def __exit__(self, *exc) -> bool:
+    def __exit__(self, *exc: object) -> Literal[False]:
         self.stop.set()
         self.thread.join()
         return False

@@ -22,14 +22,20 @@ import torch  # noqa: E402
 
 from autotune.system.quiet import quiet_third_party  # noqa: E402
 from autotune.train import optimizer as optim  # noqa: E402
-from autotune.train.measure import host_link_gib_s, memory_growth_gib, memory_probe, step_time_stats  # noqa: E402
+from autotune.train.measure import (  # noqa: E402
+    CudaMemory,
+    host_link_gib_s,
+    memory_growth_gib,
+    memory_probe,
+    step_time_stats,
+)
 from autotune.train.strategy import Strategy, apply_checkpointing, apply_declared, forward_context, make_scaler  # noqa: E402
 from autotune.train.target import resolve  # noqa: E402
 from autotune.train.workload import Workload  # noqa: E402
 from autotune.trial import clean_start  # noqa: E402
 from autotune.trial.clean_start import DirtyStart, check_clean_start, track  # noqa: E402
 from autotune.trial.contention import Contention  # noqa: E402
-from autotune.trial.contract import TrialResult, TrialSpec  # noqa: E402
+from autotune.trial.contract import TrialResult, TrialSpec, check_result  # noqa: E402
 from autotune.trial.fidelity import (  # noqa: E402
     FIRST_MICRO_STEPS,
     MAX_FIRST_STEPS,
@@ -182,13 +188,14 @@ def run(spec) -> dict:
         import torchao.optim  # noqa: F401  (imported before the baseline: an import is not the trial's memory)
     probe = memory_probe(device)  # after imports (and CUDA start-up), before the model
     check_clean_start(device_type, getattr(probe, "index", 0))  # raises DirtyStart
-    limits = probe.limit(spec.memory_cap_gib) if device_type == "cuda" else {}
+    limits = probe.limit(spec.memory_cap_gib) if isinstance(probe, CudaMemory) else {}
     # From the driver's launch (interpreter, imports, CUDA context) to here.
     timings["startup_s"] = time.time() - (spec.launched_at or time.time())
     built = _build(spec, strategy, builder, device_type, progress, timings)
     if isinstance(built, dict):
         return built  # skipped
-    trial = _Trial(spec, strategy, device_type, *built, probe, progress, timings)
+    workload, optimizer, scaler, batch, n_ckpt = built
+    trial = _Trial(spec, strategy, device_type, workload, optimizer, scaler, batch, n_ckpt, probe, progress, timings)
     memory = trial.settle_memory()
     window = trial.timed_window(memory is None)
     result = trial.result(window, memory, limits)
@@ -296,7 +303,7 @@ class _Trial:
         warmup, measure, min_measure_s = spec.warmup_steps, spec.measure_steps, spec.min_measure_s
         if spec.fidelity == "probe":  # settled: the timed steps (CUDA: and the memory window) begin
             warmup, measure, min_measure_s = 0, PROBE_STEPS, 0.0
-        w = {"step_times": [], "losses": [], "in_use": [], "status": "ok", "cause": None, "race": None}
+        w: dict[str, Any] = {"step_times": [], "losses": [], "in_use": [], "status": "ok", "cause": None, "race": None}
         profiler = None
         contention = Contention(getattr(probe, "handle", None))
         i = 0
@@ -322,7 +329,7 @@ class _Trial:
             i += 1
         self.timings["measured_s"] = sum(w["step_times"])
         w["load"] = contention.finish() if w["step_times"] else {}
-        if profiler is not None:
+        if profiler is not None and spec.profile_dir:
             profiler.__exit__(None, None, None)
             write_profile(profiler, Path(spec.profile_dir), self.device_type)
         return w
@@ -428,7 +435,7 @@ def run_spec_file(spec_path: Path, extra: dict | None = None) -> TrialResult:
     result.update(pid=os.getpid(), clean_start=clean_start.passed(), **(extra or {}))
     _write(result_path, result)
     print(json.dumps({k: result.get(k) for k in ("status", "cause", "peak_memory_gib", "samples_per_s")}))
-    return result
+    return check_result(result)  # the trial's own side of the contract, before the driver reads it
 
 
 def main(argv=None) -> int:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from autotune.system.linux import die_with_parent
-from autotune.trial.contract import TrialResult, TrialSpec
+from autotune.trial.contract import ResultError, TrialResult, TrialSpec, check_result
 
 
 @runtime_checkable
@@ -57,8 +57,8 @@ def _prepare(spec: dict, trial_dir: Path, launched_at: float | None = None) -> t
     trial_dir.mkdir(parents=True, exist_ok=True)
     spec_path, result_path, log_path = trial_dir / "spec.json", trial_dir / "result.json", trial_dir / "log.txt"
     result_path.unlink(missing_ok=True)
-    spec = TrialSpec.from_dict(spec).but(result=str(result_path), launched_at=launched_at or time.time())
-    spec_path.write_text(json.dumps(spec.to_dict(), indent=1))
+    checked = TrialSpec.from_dict(spec).but(result=str(result_path), launched_at=launched_at or time.time())
+    spec_path.write_text(json.dumps(checked.to_dict(), indent=1))
     return spec_path, result_path, log_path
 
 
@@ -68,9 +68,11 @@ def _collect(result_path: Path, log_path: Path, timeout_s: float, timed_out: boo
         return {"status": "timeout", "cause": f"no result within the {timeout_s:g} s limit; killed"}
     if result_path.is_file():
         try:
-            return json.loads(result_path.read_text())
+            return dict(check_result(json.loads(result_path.read_text())))
         except json.JSONDecodeError as e:
             return {"status": "crash", "cause": f"unreadable result file {result_path}: {e}"}
+        except ResultError as e:  # the trial and the driver disagree on the contract: a fault of ours, said
+            return {"status": "error", "cause": f"{e} ({result_path})"}
     how = (f"killed by signal {signal.Signals(-returncode).name}" if returncode is not None and returncode < 0
            else f"exited with code {returncode}")
     return {"status": "crash", "cause": f"process {how} without a result; log: {_tail(log_path)}"}
@@ -180,6 +182,7 @@ class ForkServer:
         spec_path, result_path, log_path = _prepare(spec, trial_dir, launched)
         pid, returncode, timed_out = None, None, False
         try:
+            assert proc.stdin is not None  # the server is started with pipes
             proc.stdin.write(f"{spec_path}\n".encode())
             proc.stdin.flush()
             started = _read_line(proc, 60.0)
@@ -225,5 +228,6 @@ class ForkServer:
 
 def _read_line(proc: subprocess.Popen, timeout_s: float) -> str:
     """One line from a server's control channel, or "" if none came in time (or it died)."""
+    assert proc.stdout is not None  # the server is started with pipes
     ready, _, _ = select.select([proc.stdout], [], [], timeout_s)
     return proc.stdout.readline().decode() if ready else ""
