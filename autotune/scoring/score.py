@@ -115,15 +115,12 @@ def score(trials: pd.DataFrame, global_batch: int, budget_gib: float,
     baseline = find_baseline(df, global_batch, budget_gib)
     df["fits_budget"] = fit_mask(df, budget_gib)
     sps = df["samples_per_s"].where(df["samples_per_s"] > 0)
-    df["job_hours"] = roi["workload_samples"] / sps / 3600.0
+    df["job_hours"] = job_hours(sps, roi)
     df["memory_saved_gib"] = baseline.peak_memory_gib - df["peak_memory_gib"]
-    base_hours = (roi["workload_samples"] / baseline.samples_per_s / 3600.0
-                  if baseline.samples_per_s else df["job_hours"])
+    base_hours = job_hours(baseline.samples_per_s, roi) if baseline.samples_per_s else df["job_hours"]
 
     def roi_at(samples_per_s: pd.Series) -> pd.Series:
-        hours = roi["workload_samples"] / samples_per_s.where(samples_per_s > 0) / 3600.0
-        value = (df["memory_saved_gib"] * roi["memory_price_per_gib_hour"] * hours
-                 - (hours - base_hours) * roi["compute_price_per_hour"])
+        value = roi_of(df["memory_saved_gib"], job_hours(samples_per_s.where(samples_per_s > 0), roi), base_hours, roi)
         return value.where(df["fits_budget"])  # a trial that does not fit has no ROI
 
     df["roi"] = roi_at(sps)
@@ -141,17 +138,35 @@ def score(trials: pd.DataFrame, global_batch: int, budget_gib: float,
     return df, baseline
 
 
+def job_hours(samples_per_s: Any, roi: dict[str, Any]) -> Any:
+    """Hours the whole job (``workload_samples``) takes at ``samples_per_s``, a figure or a column."""
+    return roi["workload_samples"] / samples_per_s / 3600.0
+
+
+def roi_of(memory_saved_gib: Any, hours: Any, base_hours: Any, roi: dict[str, Any]) -> Any:
+    """The ROI formula (the module's docstring), the one place it is written: the memory saved,
+    paid for over the job's hours, less the compute hours it adds over the baseline's. Figures
+    or columns alike."""
+    return (memory_saved_gib * roi["memory_price_per_gib_hour"] * hours
+            - (hours - base_hours) * roi["compute_price_per_hour"])
+
+
+def roi_per_job_hour(memory_saved_gib: float, roi: dict[str, Any]) -> float:
+    """How ROI changes per hour the job takes at a fixed memory saving (``roi_of``'s slope in
+    hours): positive where a slower configuration would score higher, so speed bounds nothing."""
+    return float(memory_saved_gib * roi["memory_price_per_gib_hour"] - roi["compute_price_per_hour"])
+
+
 def objective_value(objective: str, peak_memory_gib: float, samples_per_s: float, baseline: Baseline,
                     roi: dict[str, Any]) -> float:
     """One configuration's objective: samples/s, or its ROI against ``baseline`` (as ``score``)."""
     if objective != "roi":
         return samples_per_s
-    hours = roi["workload_samples"] / samples_per_s / 3600.0 if samples_per_s > 0 else math.inf
-    base_hours = roi["workload_samples"] / baseline.samples_per_s / 3600.0 if baseline.samples_per_s else hours
-    if math.isinf(hours):
+    if samples_per_s <= 0:
         return -math.inf
-    return float((baseline.peak_memory_gib - peak_memory_gib) * roi["memory_price_per_gib_hour"] * hours
-                 - (hours - base_hours) * roi["compute_price_per_hour"])
+    hours = job_hours(samples_per_s, roi)
+    base_hours = job_hours(baseline.samples_per_s, roi) if baseline.samples_per_s else hours
+    return float(roi_of(baseline.peak_memory_gib - peak_memory_gib, hours, base_hours, roi))
 
 
 def speed_at_objective(objective: str, peak_memory_gib: float, value: float, baseline: Baseline,
@@ -161,16 +176,16 @@ def speed_at_objective(objective: str, peak_memory_gib: float, value: float, bas
     reaches it, None where its objective does not depend on speed."""
     if objective != "roi":
         return value
-    saved = (baseline.peak_memory_gib - peak_memory_gib) * roi["memory_price_per_gib_hour"]
-    if baseline.samples_per_s:  # ROI = hours x (saved - compute price) + baseline hours x compute price
-        slope, constant = saved - roi["compute_price_per_hour"], (
-            roi["workload_samples"] / baseline.samples_per_s / 3600.0 * roi["compute_price_per_hour"])
-    else:  # no baseline speed: ROI = hours x saved
-        slope, constant = saved, 0.0
+    saved = baseline.peak_memory_gib - peak_memory_gib
+    if baseline.samples_per_s:  # roi_of = hours x roi_per_job_hour + baseline hours x compute price
+        slope = roi_per_job_hour(saved, roi)
+        constant = job_hours(baseline.samples_per_s, roi) * roi["compute_price_per_hour"]
+    else:  # no baseline speed (base_hours = hours): roi_of = hours x the memory saved's price
+        slope, constant = saved * roi["memory_price_per_gib_hour"], 0.0
     if slope == 0:
         return None
     hours = (value - constant) / slope
-    return roi["workload_samples"] / 3600.0 / hours if hours > 0 else math.inf
+    return float(roi["workload_samples"] / 3600.0 / hours) if hours > 0 else math.inf
 
 
 def objective_column(objective: str) -> str:

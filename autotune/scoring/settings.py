@@ -26,6 +26,19 @@ def _finite(value: Any, minimum: float, strict: bool) -> bool:
             and (value > minimum if strict else value >= minimum))
 
 
+def roi_problems(roi: dict[str, Any], where: str = "roi.") -> list[str]:
+    """The ROI settings' rules, the one place they are written: finite prices >= 0 and a job of
+    finite samples > 0. One message per broken rule, naming ``where`` + the key and the fix."""
+    problems = []
+    for key in ROI_KEYS:
+        value, strict = roi.get(key), key == "workload_samples"
+        if not _finite(value, 0, strict=strict):
+            problems.append(f"{where}{key}={value}: " + (
+                "must be a finite number > 0 (samples the whole job trains on); e.g. roi.workload_samples=1e8"
+                if strict else f"a price must be a finite number >= 0; e.g. roi.{key}=0.5"))
+    return problems
+
+
 @dataclass(frozen=True)
 class Scoring:
     global_batch: int
@@ -62,9 +75,10 @@ class Scoring:
         if not isinstance(budgets, list) or not budgets or not all(_finite(b, 0, strict=True) for b in budgets):
             raise ScoringError(f"settings budgets={budgets!r}: must be a list of GiB > 0")
         roi = settings.get("roi")
-        if not isinstance(roi, dict) or not all(_finite(roi.get(k), 0, strict=k == "workload_samples")
-                                                for k in ROI_KEYS):
+        if not isinstance(roi, dict):
             raise ScoringError(f"settings roi={roi!r}: needs finite prices >= 0 and workload_samples > 0")
+        if roi_problems(roi, "settings roi."):
+            raise ScoringError("; ".join(roi_problems(roi, "settings roi.")))
         objective = settings.get("objective")
         if objective not in OBJECTIVES:
             raise ScoringError(f"settings objective={objective!r}: one of {', '.join(OBJECTIVES)}")

@@ -70,7 +70,7 @@ from typing import Any, TypeAlias
 import numpy as np
 import pandas as pd
 
-from autotune.scoring.score import find_baseline, objective_value, score
+from autotune.scoring.score import find_baseline, objective_value, roi_per_job_hour, score
 from autotune.scoring.settings import Scoring
 from autotune.search.memory_model import Line, fit_families
 from autotune.train.dimensions import checkpoint_fraction, family, value_in
@@ -396,7 +396,6 @@ class AutoSearch:
             return speed_ub
         if baseline is None:
             return INF
-        saved_value = (baseline.peak_memory_gib - peak_lo) * self.roi["memory_price_per_gib_hour"]
-        if baseline.samples_per_s is None or saved_value >= self.roi["compute_price_per_hour"]:
+        if baseline.samples_per_s is None or roi_per_job_hour(baseline.peak_memory_gib - peak_lo, self.roi) >= 0:
             return INF  # ROI would grow as the config slows down: no bound from speed
         return objective_value("roi", peak_lo, speed_ub, baseline, self.roi)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
 from typing import Any
@@ -14,7 +13,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from autotune.scoring.score import OBJECTIVES
-from autotune.scoring.settings import Scoring
+from autotune.scoring.settings import Scoring, roi_problems
 from autotune.search.space import SearchSpace, divisors, load_space
 from autotune.study.config import TuneConfig
 from autotune.study.workers import visible_gpus, worker_count
@@ -249,7 +248,7 @@ def make_plan(cfg: TuneConfig, overridden: frozenset = frozenset()) -> Plan:
     model_config, seq_len, global_batch, reductions = _reduced_for_cpu(cfg, device, overridden)
     problems += _run_problems(cfg, seq_len, global_batch, device)
     roi = {k: getattr(cfg.roi, k) for k in ("memory_price_per_gib_hour", "compute_price_per_hour", "workload_samples")}
-    problems += _roi_problems(roi)
+    problems += roi_problems(roi)
     budgets = _budgets(cfg.budget_gib, device, problems)
     memory_cap = max(budgets) if cfg.budget_gib is not None and device is not None and device.kind == "cuda" \
         and budgets else None
@@ -352,17 +351,6 @@ def _search_problems(sc) -> list[str]:
     if sc.timeout is not None and not is_positive(sc.timeout):
         problems.append(f"search.timeout={sc.timeout:g}: must be > 0 seconds, or null for no limit; e.g. "
                         "search.timeout=1800")
-    return problems
-
-
-def _roi_problems(roi: dict) -> list[str]:
-    problems = []
-    for key in ("memory_price_per_gib_hour", "compute_price_per_hour"):
-        if not (math.isfinite(roi[key]) and roi[key] >= 0):
-            problems.append(f"roi.{key}={roi[key]}: a price must be a finite number >= 0; e.g. roi.{key}=0.5")
-    if not is_positive(roi["workload_samples"]):
-        problems.append(f"roi.workload_samples={roi['workload_samples']}: must be a finite number > 0 (samples the "
-                        "whole job trains on); e.g. roi.workload_samples=1e8")
     return problems
 
 

@@ -416,7 +416,9 @@ def test_report_metadata_of_the_wrong_type_is_shown_as_text_not_a_traceback(run,
     ("global_batch", "abc", "settings global_batch='abc': must be a whole number >= 1"),
     ("budgets", [float("nan")], "settings budgets=[nan]: must be a list of GiB > 0"),
     ("objective", "fastest", "settings objective='fastest': one of roi, throughput"),
-    ("roi", {"memory_price_per_gib_hour": -1}, "needs finite prices >= 0 and workload_samples > 0"),
+    ("roi", {"memory_price_per_gib_hour": -1, "compute_price_per_hour": 3.5, "workload_samples": 1e7},
+     "settings roi.memory_price_per_gib_hour=-1: a price must be a finite number >= 0"),
+    ("roi", "cheap", "settings roi='cheap': needs finite prices >= 0 and workload_samples > 0"),
 ])
 def test_settings_read_back_from_a_study_are_checked_like_the_command_line(run, tmp_path, key, value, message):
     from autotune.results.review import SETTINGS_ATTR
