@@ -47,7 +47,8 @@ def _overridden_keys(overrides) -> frozenset:
 def dry_run_text(plan: Plan) -> str:
     """dry_run=true: what would run, as it would run (the model's sizes after any CPU
     reduction, each configuration with its skip reason), and that nothing ran."""
-    from autotune.study.driver import device_skip, grid_configs, strategy_of
+    from autotune.study.driver import device_skip, grid_configs
+    from autotune.train.strategy import Strategy
 
     sizes = ", ".join(f"{k}={v}" for k, v in plan.model_config.items() if isinstance(v, (int, float, str, bool)))
     lines = ["dry run: nothing is measured, no study is opened or written",
@@ -61,7 +62,7 @@ def dry_run_text(plan: Plan) -> str:
     will = "runs" if plan.search == "grid" else "may run"
     rows = []
     for c in configs:
-        strategy = strategy_of(c, plan.global_batch)
+        strategy = Strategy.of(c, plan.global_batch)
         reason = device_skip(plan, c)
         rows.append(f"  {strategy.label()} " + (f"skipped: {reason}" if reason else will))
     lines.append(f"{len(configs)} configurations ({sum(1 for r in rows if 'skipped:' not in r)} runnable"
@@ -238,7 +239,7 @@ def _checked_plan(cfg: DictConfig, overrides) -> Plan | None:
     except ConfigError as e:
         log.error(str(ConfigError(added + [p for p in e.problems if p not in added])))
     except OmegaConfBaseException as e:  # a missing mandatory value, for example
-        hint = ("; for model=custom pass model.target=package.module:build" if "target" in str(e)
+        hint = ("; for model=custom pass model.target=package.module.build" if "target" in str(e)
                 else "; set it on the command line as key=value")
         log.error(f"invalid configuration: {e}{hint}")
     return None

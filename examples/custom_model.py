@@ -1,4 +1,4 @@
-"""Tune your own model: python -m autotune model=custom model.target=examples.custom_model:build"""
+"""Tune your own model: python -m autotune model=custom model.target=examples.custom_model.build"""
 import torch
 
 from autotune import Workload

@@ -44,7 +44,7 @@ def test_the_readme_is_at_most_10_kib():
 
 def test_the_readme_shows_the_commands_it_promises():
     assert autotune_commands() == ["python -m autotune model=bert",
-                                   "python -m autotune model=custom model.target=examples.custom_model:build"]
+                                   "python -m autotune model=custom model.target=examples.custom_model.build"]
     assert "pip install torch==2.13.0 -e \".[test]\" && python -m pytest" in blocks("bash")[1]
     assert {"python -m autotune experiment=llama_1b_16gib trial.fidelity=full", "autotune --help",
             "python -m autotune.show RUN_DIR --budget 16"} <= set(inline_commands())

@@ -5,6 +5,7 @@ through this table, so they all see the same figures.
 """
 from __future__ import annotations
 
+import json
 import statistics
 from typing import Any
 
@@ -180,3 +181,21 @@ def _fold_repeats(row: dict, extra: list) -> None:
         vals = [float(r[col]) for r in runs if r.get(col) is not None]
         if vals:
             row[col] = max(vals)
+
+
+# Result fields too bulky or nested for a column; kept in trials/NNN/result.json.
+NOT_COLUMNS = {"step_times_s", "timings"}
+
+
+def result_attrs(result: dict[str, Any]) -> dict[str, Any]:
+    """A trial result as the study stores it, one user attribute per field (``trials_table`` reads
+    them back as columns): timings flattened, losses as JSON, the step times left to result.json."""
+    attrs: dict[str, Any] = {}
+    for k, v in result.items():
+        if k == "timings":
+            attrs.update({f"{tk}": tv for tk, tv in v.items()})
+        elif k == "losses":
+            attrs["losses"] = json.dumps([round(x, 5) if isinstance(x, float) else x for x in v])
+        elif k not in NOT_COLUMNS:
+            attrs[k] = v
+    return attrs

@@ -40,10 +40,12 @@ class CpuReduction:
 @dataclass
 class ModelConfig:
     name: str = MISSING
-    # A builder "package.module:function" called as builder(device=..., seq_len=..., **config);
+    # A builder "package.module.function" (Hydra's spelling; "package.module:function" too)
+    # called as builder(device=..., seq_len=..., **config);
     # it returns an autotune.Workload.
     _target_: str = MISSING
-    target: str | None = opt(None, "model=custom: your builder, package.module:function, returning a Workload")
+    target: str | None = opt(None, "model=custom: your builder, package.module.function (or :function), "
+                                   "returning a Workload")
     config: dict[str, Any] = field(default_factory=dict)
     cpu: CpuReduction = field(default_factory=CpuReduction)
 

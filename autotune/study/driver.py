@@ -13,10 +13,7 @@ micro-batch is recorded ``pruned``, with that trial as its cause, and never run.
 from __future__ import annotations
 
 import itertools
-import json
 import logging
-import math
-import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -27,17 +24,16 @@ from autotune.search import QueueSearch, make_search
 from autotune.search.space import canonical, skip_reason
 from autotune.store.claims import (
     Heartbeat,
-    cut_short,
     duplicate_of,
     enqueue_missing,
-    is_duplicate,
     is_repeat,
     recover,
     waiting,
 )
+from autotune.store.counts import finished_and_planned, running, trials_run
 from autotune.store.optuna_access import fixed_params, storage_of, trial_id
 from autotune.store.storage import check_setup, open_study
-from autotune.store.table import trials_table
+from autotune.store.table import result_attrs, trials_table
 from autotune.study.fidelity import (
     MAX_BEST_ROUNDS,
     best_without_window,
@@ -49,13 +45,12 @@ from autotune.study.fidelity import (
 )
 from autotune.study.parity import run_references
 from autotune.study.plan import Plan
+from autotune.study.progress import progress_line, time_left
 from autotune.study.threads import OtherCpuUse, free_core_threads
 from autotune.train.dimensions import ALWAYS_KEYED, DIMENSIONS, MODEL_STATE, in_group
 from autotune.train.optimizer import combination_problem, unsupported
 from autotune.train.strategy import Strategy, allocator_env
 from autotune.trial.clean_start import trusted
-from autotune.trial.contract import ModelSpec, TrialSpec
-from autotune.trial.fidelity import probe_steps
 from autotune.trial.progress import Ticker
 from autotune.trial.runner import ForkServer, run_trial
 
@@ -63,91 +58,12 @@ log = logging.getLogger("autotune")
 SEARCH_END_ATTR = "search_end"  # why the last run's search ended, for the report
 POLL_S = 1.0  # how often a driver with nothing left to claim checks on other drivers' trials
 
-# Result fields too bulky or nested for a column; kept in trials/NNN/result.json.
-_NOT_COLUMNS = {"step_times_s", "timings"}
-
-
-def strategy_of(params: dict, global_batch: int) -> Strategy:
-    return Strategy.of(params, global_batch)
-
-
-def trial_spec(plan: Plan, strategy: Strategy, fidelity: str = "full", race_speed: list | None = None) -> dict:
-    """spec.json's content for one trial of this plan (``trial/contract.py``) at ``fidelity``
-    (``trial/fidelity.py``)."""
-    return TrialSpec(
-        fidelity=fidelity,
-        race_speed=race_speed,
-        model=ModelSpec(name=plan.model_name, target=plan.model_target, config=dict(plan.model_config)),
-        seq_len=plan.seq_len,
-        device=plan.device.torch_device,
-        strategy=strategy.as_dict(),
-        warmup_steps=plan.warmup_steps,
-        measure_steps=plan.measure_steps,
-        min_measure_s=plan.min_measure_s,
-        lr=plan.lr,
-        seed=plan.seed,
-        memory_cap_gib=plan.memory_cap_gib,
-        cpu_threads=plan.cpu_threads if isinstance(plan.cpu_threads, int) else None,
-        offload_bound=True in plan.space["offload"],
-        optimizer={"target": plan.optimizer.target, "kwargs": dict(plan.optimizer.kwargs)},
-    ).to_dict()
-
-
-def _fmt(v, spec: str) -> str:
-    return format(v, spec) if isinstance(v, (int, float)) and math.isfinite(v) else "-"
-
-
-def progress_line(i: int, n: int, strategy: Strategy, result: dict, counter: str | None = None) -> str:
-    """One trial's line: ``[  i/n]`` (``counter`` instead where given), the configuration, its
-    status and figures, and the fidelity of a measurement that was not a full one."""
-    status = result["status"]
-    line = f"[{counter or f'{i:>3}/{n}'}] {strategy.label():<40} {status:<8}"
-    if status == "ok":
-        fidelity = result.get("fidelity")
-        precision = {"probe": ", probe", "raced": f", raced: {result.get('race')}"}.get(
-            str(fidelity), ", tied with the best" if result.get("race") == "tied" else "")
-        line += (f" peak {_fmt(result.get('peak_memory_gib'), '.3f')} GiB  "
-                 f"{_fmt(result.get('samples_per_s'), '.1f')} samples/s  "
-                 f"(spread {_fmt(100 * result.get('time_spread', float('nan')), '.0f')}%"
-                 f"{' assumed: one timed step' if result.get('spread_assumed') else ''}{precision}, "
-                 f"{_fmt(result.get('wall_s'), '.1f')} s)")
-    elif result.get("cause"):
-        line += f" {result['cause'][:160]}"
-    if result.get("contended"):
-        line += f"  CONTENDED: {result.get('contention')}"
-    return line
-
-
-def _flat_attrs(result: dict) -> dict:
-    attrs = {}
-    for k, v in result.items():
-        if k == "timings":
-            attrs.update({f"{tk}": tv for tk, tv in v.items()})
-        elif k == "losses":
-            attrs["losses"] = json.dumps([round(x, 5) if isinstance(x, float) else x for x in v])
-        elif k not in _NOT_COLUMNS:
-            attrs[k] = v
-    return attrs
-
-
 class ModelBuildError(RuntimeError):
     """The model could not be built: every configuration builds the same model, so the study stops."""
 
 
 class IsolationError(RuntimeError):
     """A trial found its process not clean (clean_start.py): no later figure could be trusted."""
-
-
-def _counts(study: optuna.Study) -> tuple:
-    """(finished, planned) configurations of the study, over every driver working on it;
-    re-measurements are counted apart (their lines say ``confirm``)."""
-    live = [t for t in study.get_trials(deepcopy=False)
-            if not is_duplicate(t) and not cut_short(t) and not t.user_attrs.get("repeat")]
-    return sum(t.state.is_finished() for t in live), len(live)
-
-
-def _running_elsewhere(study: optuna.Study) -> int:
-    return len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)))
 
 
 class Stopping:
@@ -164,15 +80,6 @@ class Stopping:
         elif self.timeout_s is not None and time.monotonic() - self.start >= self.timeout_s:
             self.reason = f"search.timeout={self.timeout_s:g} s reached"
         return self.reason is not None
-
-
-def trials_run(study: optuna.Study, configs: list | None = None) -> int:
-    """Trials a process ran for the search: not skipped or pruned, not duplicates, not repeats;
-    only those of ``configs`` where given (a resumed escalated study holds the wider space's too)."""
-    return sum(1 for t in study.get_trials(deepcopy=False)
-               if t.state.is_finished() and not is_duplicate(t) and not t.user_attrs.get("repeat")
-               and t.user_attrs.get("status") not in ("skipped", "pruned", "interrupted")
-               and (configs is None or t.params in configs))
 
 
 def measure_queue(study: optuna.Study, plan: Plan, run_dir: Path, search=None, stopping: Stopping | None = None,
@@ -196,7 +103,7 @@ def measure_queue(study: optuna.Study, plan: Plan, run_dir: Path, search=None, s
             if waiting(study, getattr(search, "only", None)) and not (
                     stopping is not None and stopping.reason):
                 continue
-            others = _running_elsewhere(study)
+            others = running(study)
             if not others:
                 return
             if not waiting_said:
@@ -240,7 +147,7 @@ def _run_one(study, trial: optuna.Trial, plan: Plan, run_dir: Path, choices: dic
     given = set(trial.params) | set(fixed_params(storage_of(study).get_trial(trial_id(trial))))
     params = {name: trial.suggest_categorical(name, choices[name]) for name in choices
               if DIMENSIONS[name].group in ALWAYS_KEYED or name in given}
-    strategy = strategy_of(params, plan.global_batch)
+    strategy = Strategy.of(params, plan.global_batch)
     trial.set_user_attr("accumulation", strategy.accumulation)
     reason = device_skip(plan, params)
     smaller = None if reason else oom_at_smaller_micro_batch(study, params)
@@ -258,7 +165,7 @@ def _run_one(study, trial: optuna.Trial, plan: Plan, run_dir: Path, choices: dic
                 if trial.user_attrs.get("race") and trial.user_attrs.get("repeat_of") is not None else None)
         with Heartbeat(study, trial_id(trial)), Ticker(on_trial, trial_dir, f"trial {trial.number} "
                                                          f"({strategy.label().strip()})"):
-            result = runner(trial_spec(plan, strategy, fidelity, race), trial_dir, plan.timeout_s,
+            result = runner(plan.trial_spec(strategy, fidelity, race), trial_dir, plan.timeout_s,
                             env=allocator_env(strategy.allocator, strategy.offload))
         result.setdefault("fidelity", fidelity)  # what was asked of a trial that failed (an OOM probe is a probe)
     return result, strategy
@@ -267,9 +174,9 @@ def _run_one(study, trial: optuna.Trial, plan: Plan, run_dir: Path, choices: dic
 def _record(study, trial: optuna.Trial, plan: Plan, run_dir: Path, result: dict, strategy: Strategy, on_trial, of,
             eta) -> None:
     """Store a trial's result, say it, and stop the study where the result says it must."""
-    for k, v in _flat_attrs(result).items():
+    for k, v in result_attrs(result).items():
         trial.set_user_attr(k, v)
-    done, planned = _counts(study)
+    done, planned = finished_and_planned(study)
     repeat = trial.user_attrs.get("repeat")
     line = (progress_line(done + 1, of or planned, strategy, result, "confirm" if repeat else None)
             + (f"  [repeat {repeat} of trial {trial.user_attrs.get('repeat_of')}]" if repeat else ""))
@@ -295,55 +202,6 @@ def _record(study, trial: optuna.Trial, plan: Plan, run_dir: Path, result: dict,
         )
 
 
-def time_left(study: optuna.Study, search, stopping: Stopping | None, plan: Plan | None = None) -> str:
-    """``  | about 2.5 min left (at most 6 more probes at 3 s each, then about 2 full measurements
-    at 9 s)``: the search's bound on what is left (``search.left``; the trial limit caps it)
-    times the median wall time of its trials' fidelity, plus, while the search runs with
-    probes, the full measurements of the contenders that follow it (at least two)."""
-    left = search.left(study) if hasattr(search, "left") else None
-    bound = isinstance(search, QueueSearch) and search.auto is not None
-    if stopping is not None and stopping.n_trials is not None:
-        cap = max(0, stopping.n_trials - trials_run(study))
-        left = cap if left is None else min(left, cap)
-    finished = [t for t in study.get_trials(deepcopy=False)
-                if t.state.is_finished() and isinstance(t.user_attrs.get("wall_s"), (int, float))]
-    confirming = search is not None and getattr(search, "only", None) is is_repeat
-    probing = plan is not None and plan.fidelity == "auto" and not confirming
-    mine = "full" if not probing else "probe"
-    walls = [float(t.user_attrs["wall_s"]) for t in finished if t.user_attrs.get("fidelity", "full") == mine] or [
-        float(t.user_attrs["wall_s"]) for t in finished]
-    if not left or not walls:
-        return ""
-    each = statistics.median(walls)
-    total = left * each
-    kind = "probe(s)" if probing else "measurement(s)" if confirming else "trial(s)"
-    then = ""
-    if probing and plan is not None:
-        full = _full_wall(finished, plan)
-        if full is not None:
-            total += 2 * full
-            then = f", then about 2 full measurements at {full:.0f} s"
-    when = f"{total / 60:.1f} min" if total >= 90 else f"{total:.0f} s"
-    return f"  | about {when} left ({'at most ' if bound else ''}{left} more {kind} at {each:.0f} s each{then})"
-
-
-def _full_wall(finished: list, plan: Plan) -> float | None:
-    """A full measurement's wall time: the median of those run, else a probe's plus the
-    window's extra steps (at the probe's step time) and its minimum seconds."""
-    full = [float(t.user_attrs["wall_s"]) for t in finished if t.user_attrs.get("fidelity") in ("full", "raced")]
-    if full:
-        return statistics.median(full)
-    probes = [t.user_attrs for t in finished if t.user_attrs.get("fidelity") == "probe"
-              and isinstance(t.user_attrs.get("step_time_s"), (int, float))]
-    if not probes:
-        return None
-    wall = statistics.median(float(a["wall_s"]) for a in probes)
-    step = statistics.median(float(a["step_time_s"]) for a in probes)
-    timed = probe_steps(step)
-    extra = max(0, plan.warmup_steps + plan.measure_steps - timed) * step
-    return wall + max(extra, plan.min_measure_s - timed * step)
-
-
 def oom_at_smaller_micro_batch(study: optuna.Study, params: dict):
     """A finished trial of the same strategy at a smaller micro-batch that ran out of memory
     in a clean process (clean_start.py)."""
@@ -364,7 +222,7 @@ def grid_configs(plan: Plan, space=None) -> list:
     combinations that do not go together (``optimizer.combination_problem``)."""
     grid = (space or plan.space).grid(plan.global_batch)
     configs = [dict(zip(grid, values, strict=False)) for values in itertools.product(*grid.values())]
-    return [canonical(c) for c in configs if not combination_problem(strategy_of(c, plan.global_batch))]
+    return [canonical(c) for c in configs if not combination_problem(Strategy.of(c, plan.global_batch))]
 
 
 def _skipped_before(study: optuna.Study, number: int, cause: str) -> bool:
@@ -374,7 +232,7 @@ def _skipped_before(study: optuna.Study, number: int, cause: str) -> bool:
 
 def device_skip(plan: Plan, config: dict):
     """Why this device, or the plan's optimizer, cannot run ``config`` (recorded skipped), or None."""
-    d, strategy = plan.device, strategy_of(config, plan.global_batch)
+    d, strategy = plan.device, Strategy.of(config, plan.global_batch)
     return skip_reason(strategy, d.precisions, d.unsupported, d.kind) or unsupported(strategy, plan.optimizer)
 
 
@@ -416,7 +274,7 @@ def _run_study(plan: Plan, run_dir: Path, storage: str, on_trial, runner, others
     if plan.setup:
         check_setup(study, plan.setup, storage)
     retried = recover(study)
-    done_before, _ = _counts(study)
+    done_before, _ = finished_and_planned(study)
     added = search.start(study)
     if done_before:
         on_trial(f"resuming study '{plan.study_name}': {done_before} trial(s) finished, {added} new "
@@ -431,7 +289,7 @@ def _run_study(plan: Plan, run_dir: Path, storage: str, on_trial, runner, others
                              wider.choices, wider)
         search.start(study)
         _search_and_confirm(study, wider, run_dir, search, on_trial, runner, configs)
-    run_references(study, plan, run_dir, runner, on_trial, strategy_of, trial_spec)
+    run_references(study, plan, run_dir, runner, on_trial)
     return study
 
 

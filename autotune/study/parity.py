@@ -17,13 +17,14 @@ import optuna
 from autotune.scoring.parity import changes_optimizer_numbers, losses_of
 from autotune.scoring.score import score
 from autotune.store.table import REFERENCE_ATTR, trials_table
+from autotune.study.plan import Plan
 from autotune.train.dimensions import MODEL_STATE, defaults
+from autotune.train.strategy import Strategy
 
 
-def run_references(study: optuna.Study, plan, run_dir: Path, runner, on_trial: Callable[[str], None],
-                   strategy_of, trial_spec) -> int:
-    """Run what parity still lacks; returns how many reference runs were made.
-    ``strategy_of`` and ``trial_spec``: the driver's (params -> Strategy, Strategy -> spec)."""
+def run_references(study: optuna.Study, plan: Plan, run_dir: Path, runner: Any,
+                   on_trial: Callable[[str], None]) -> int:
+    """Run what parity still lacks; returns how many reference runs were made."""
     table = trials_table(study)
     if table.empty or "losses" not in table:
         return 0
@@ -40,8 +41,8 @@ def run_references(study: optuna.Study, plan, run_dir: Path, runner, on_trial: C
     on_trial(f"loss parity: {len(wanted)} reference run(s) of the plain optimizer (fp32 weights, no memory cap) "
              "for the front's configurations that change the optimizer's numbers")
     for k, ((_precision, _micro_batch), rows) in enumerate(sorted(wanted.items()), start=1):
-        strategy = strategy_of(rows[0], plan.global_batch).replace(**defaults(MODEL_STATE))
-        result = runner(trial_spec(uncapped, strategy), run_dir / "parity" / f"{k:03d}", plan.timeout_s, env={})
+        strategy = Strategy.of(rows[0], plan.global_batch).replace(**defaults(MODEL_STATE))
+        result = runner(uncapped.trial_spec(strategy), run_dir / "parity" / f"{k:03d}", plan.timeout_s, env={})
         losses = losses_of(result.get("losses"))
         on_trial(f"  reference {strategy.label()}: {result.get('status')}"
                  + (f", {len(losses)} losses" if losses else f" ({result.get('cause')})"))

@@ -20,9 +20,12 @@ from autotune.study.workers import visible_gpus, worker_count
 from autotune.system.linux import usable_cores
 from autotune.train.device import DeviceInfo, resolve_device
 from autotune.train.optimizer import OptimizerSpec
+from autotune.train.strategy import Strategy
+from autotune.train.target import identity as target_identity
 from autotune.train.target import resolve
 from autotune.train.target import split as split_target
 from autotune.train.values import MAX_ACCUMULATION, gib_problem, is_positive, lr_problem
+from autotune.trial.contract import ModelSpec, TrialSpec
 
 
 class ConfigError(ValueError):
@@ -91,6 +94,28 @@ class Plan:
     def reduced(self) -> bool:
         return bool(self.reductions)
 
+    def trial_spec(self, strategy: Strategy, fidelity: str = "full",
+                   race_speed: list[float] | None = None) -> dict[str, Any]:
+        """spec.json's content for one trial of this plan (``trial/contract.py``) at ``fidelity``
+        (``trial/fidelity.py``)."""
+        return TrialSpec(
+            fidelity=fidelity,
+            race_speed=race_speed,
+            model=ModelSpec(name=self.model_name, target=self.model_target, config=dict(self.model_config)),
+            seq_len=self.seq_len,
+            device=self.device.torch_device,
+            strategy=strategy.as_dict(),
+            warmup_steps=self.warmup_steps,
+            measure_steps=self.measure_steps,
+            min_measure_s=self.min_measure_s,
+            lr=self.lr,
+            seed=self.seed,
+            memory_cap_gib=self.memory_cap_gib,
+            cpu_threads=self.cpu_threads if isinstance(self.cpu_threads, int) else None,
+            offload_bound=True in self.space["offload"],
+            optimizer={"target": self.optimizer.target, "kwargs": dict(self.optimizer.kwargs)},
+        ).to_dict()
+
 
 def _defined_in_source(target: str) -> bool:
     """Does ``package.module:function`` name a module whose source defines ``function`` at
@@ -126,7 +151,7 @@ def _check_builder(target: str, problems: list[str], key: str = "model._target_"
         builder = resolve_builder(target)
     except (ImportError, AttributeError, ValueError) as e:
         problems.append(f"{key}={target}: cannot be imported ({type(e).__name__}: {e}); "
-                        "give 'package.module:function' of an importable builder")
+                        "give 'package.module.function' of an importable builder")
         return
     if not callable(builder):
         problems.append(f"{key}={target}: is not callable; it must name a function returning a Workload")
@@ -407,7 +432,7 @@ def _setup(cfg: TuneConfig, model_config: dict, seq_len: int, global_batch: int,
     t = cfg.trial
     # format 2: studies with two objectives (samples/s, peak memory); format 3: every trial
     # in a fresh process (a format-2 study may hold warm-worker figures, which were wrong)
-    measured = {"format": 3, "target": cfg.model._target_, "config": model_config, "seq_len": seq_len,
+    measured = {"format": 3, "target": target_identity(cfg.model._target_), "config": model_config, "seq_len": seq_len,
                 "memory_cap_gib": memory_cap, "global_batch": global_batch, "device": device.name,
                 "space": space.grid(global_batch), "warmup": t.warmup_steps, "measure": t.measure_steps,
                 "min_measure_s": t.min_measure_s, "lr": t.lr, "seed": t.seed}

@@ -12,9 +12,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from autotune.study.driver import strategy_of, trial_spec
 from autotune.study.plan import Plan
-from autotune.train.strategy import allocator_env
+from autotune.train.strategy import Strategy, allocator_env
 from autotune.trial.runner import run_trial
 
 log = logging.getLogger("autotune")
@@ -22,9 +21,9 @@ log = logging.getLogger("autotune")
 
 def profile_best(plan: Plan, best: pd.Series, run_dir: Path) -> Path | None:
     """Trace ``best``'s measured steps; returns the trace's path, or None if the run failed."""
-    strategy = strategy_of(best, plan.global_batch)
+    strategy = Strategy.of(best, plan.global_batch)
     out = run_dir / "profile"
-    spec = dict(trial_spec(plan, strategy), profile_dir=str(out.resolve()))
+    spec = dict(plan.trial_spec(strategy), profile_dir=str(out.resolve()))
     log.info(f"profiling the best configuration ({strategy.label().strip()}) under torch.profiler")
     result = run_trial(spec, out / "trial", plan.timeout_s, env=allocator_env(strategy.allocator, strategy.offload))
     trace = out / "trace.json"

@@ -43,7 +43,7 @@ class TunedDevice:
 @dataclass
 class TunedModel:
     name: str | None = None
-    target: str | None = None  # the builder, package.module:function
+    target: str | None = None  # the builder, package.module.function (or package.module:function)
     config: dict[str, Any] = field(default_factory=dict)
     seq_len: int | None = None
 

@@ -17,6 +17,14 @@ def resolve(target: str) -> Any:
     return pkgutil.resolve_name(target)
 
 
+def identity(target: str) -> str:
+    """The one spelling a study records a target in (its setup, and so its default name):
+    ``package.module:Name``, where the module's end is written out. So a study measured with
+    the older spelling resumes under Hydra's, and the other way round."""
+    module, attr = split(target)
+    return f"{module}:{attr}" if module and attr else target
+
+
 def split(target: str) -> tuple[str, str]:
     """(module, attribute) of a target whose attribute is a top-level name of its module:
     ``a.b:f`` and ``a.b.f`` both give ``("a.b", "f")``."""

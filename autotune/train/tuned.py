@@ -136,13 +136,13 @@ class Tuned:
     def check_trust(self) -> None:
         """Raise ``trust.UntrustedTarget`` unless both the model builder and the optimizer this
         file names come from trusted packages; imports nothing."""
-        trust.check(self.model.get("target") or "autotune.models.bert:build", "model.target", self.source, self.trust)
+        trust.check(self.model.get("target") or "autotune.models.bert.build", "model.target", self.source, self.trust)
         trust.check(self.optimizer_spec.target, "optimizer.target", self.source, self.trust)
 
     def model_builder(self) -> Callable[..., Any]:
         """The builder the trials built the model with (best.yaml's ``model.target``; BERT's when
         it names none), imported only from a trusted package (``train/trust.py``)."""
-        target = self.model.get("target") or "autotune.models.bert:build"
+        target = self.model.get("target") or "autotune.models.bert.build"
         trust.check(target, "model.target", self.source, self.trust)
         builder: Callable[..., Any] = resolve(target)
         return builder
@@ -229,6 +229,22 @@ def load_tuned(path: str | os.PathLike[str], trust: Sequence[str] = ()) -> Tuned
     return tuned_from_dict(data, source=str(path), trust=trust)
 
 
+def _check_run_figures(data: dict[str, Any], s: dict[str, Any], source: str) -> None:
+    """best.yaml's run-level figures held to the command line's checks: the global batch (and
+    micro_batch x accumulation equal to it) and the budgets."""
+    checks: tuple[tuple[str, Callable[[Any], str | None]], ...] = (
+        ("global_batch", lambda v: count_problem(v, "global_batch")), ("budget_gib", gib_problem),
+        ("memory_cap_gib", lambda v: gib_problem(v, "memory_cap_gib")))
+    for key, check in checks:
+        if data.get(key) is not None and check(data[key]):
+            raise ValueError(f"{source}: {key}={data[key]!r}: {check(data[key])}; correct it or use the best.yaml the "
+                             "run wrote")
+    if data.get("global_batch") is not None and data["global_batch"] != s["micro_batch"] * s["accumulation"]:
+        raise ValueError(f"{source}: global_batch={data['global_batch']} is not strategy.micro_batch x "
+                         f"strategy.accumulation ({s['micro_batch']} x {s['accumulation']}); correct it or use the "
+                         "best.yaml the run wrote")
+
+
 def tuned_from_dict(data: Any, source: str = "the tuned config", trust: Sequence[str] = ()) -> Tuned:
     """A ``Tuned`` from best.yaml's content as a mapping: how a Hydra app that composes
     best.yaml as a config group gets it (``tuned_from_dict(OmegaConf.to_container(cfg.tuned))``)."""
@@ -247,17 +263,7 @@ def tuned_from_dict(data: Any, source: str = "the tuned config", trust: Sequence
         problem = count_problem(s.get(key), f"strategy.{key}", maximum)
         if problem:
             raise bad(key, problem)
-    checks: tuple[tuple[str, Callable[[Any], str | None]], ...] = (
-        ("global_batch", lambda v: count_problem(v, "global_batch")), ("budget_gib", gib_problem),
-        ("memory_cap_gib", lambda v: gib_problem(v, "memory_cap_gib")))
-    for key, check in checks:
-        if data.get(key) is not None and check(data[key]):
-            raise ValueError(f"{source}: {key}={data[key]!r}: {check(data[key])}; correct it or use the best.yaml the "
-                             "run wrote")
-    if data.get("global_batch") is not None and data["global_batch"] != s["micro_batch"] * s["accumulation"]:
-        raise ValueError(f"{source}: global_batch={data['global_batch']} is not strategy.micro_batch x "
-                         f"strategy.accumulation ({s['micro_batch']} x {s['accumulation']}); correct it or use the "
-                         "best.yaml the run wrote")
+    _check_run_figures(data, s, source)
     opt: dict[str, Any] = data["optimizer"] if isinstance(data.get("optimizer"), dict) else {}
     for key, value in (
         ("optimizer.lr", opt.get("lr")),

@@ -20,7 +20,7 @@ STATUSES = ("ok", "oom", "crash", "timeout", "nan", "error", "skipped", "pruned"
 @dataclass
 class ModelSpec:
     name: str
-    target: str  # the builder, package.module:function
+    target: str  # the builder, package.module.function (or package.module:function)
     config: dict[str, Any] = field(default_factory=dict)
 
 

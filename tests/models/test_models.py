@@ -56,7 +56,7 @@ def test_custom_model_from_the_readme_tunes_as_a_user_runs_it(tmp_path):
     # As a user runs it from the project root: no PYTHONPATH, the example importable from there.
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     run_dir = tmp_path / "run"
-    out = subprocess.run(cli_command(run_dir, "model=custom", "model.target=examples.custom_model:build", *QUICK,
+    out = subprocess.run(cli_command(run_dir, "model=custom", "model.target=examples.custom_model.build", *QUICK,
                                      "global_batch=8", "seq_len=32", space(tmp_path, "[none, 0.5, full]", 8, 8)),
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout + out.stderr
@@ -64,7 +64,7 @@ def test_custom_model_from_the_readme_tunes_as_a_user_runs_it(tmp_path):
     assert list(trials["status"]) == ["ok"] * 3
     assert sorted(trials["n_checkpointed"]) == [0, 3, 6]  # 6 encoder layers: none, the first half, all
     best = yaml.safe_load((run_dir / "best.yaml").read_text())
-    assert best["model"]["target"] == "examples.custom_model:build"
+    assert best["model"]["target"] == "examples.custom_model.build"
 
 
 def test_a_plain_sequential_model_with_given_blocks_tunes(tmp_path):
@@ -80,7 +80,7 @@ def test_a_plain_sequential_model_with_given_blocks_tunes(tmp_path):
 def test_custom_without_a_target_says_how_to_give_one(tmp_path):
     out = run_cli(tmp_path / "run", "model=custom", *QUICK)
     assert out.returncode == 2
-    assert "model.target=package.module:build" in out.stdout + out.stderr
+    assert "model.target=package.module.build" in out.stdout + out.stderr
     assert not (tmp_path / "run" / "trials").exists()
 
 

@@ -167,8 +167,20 @@ def test_a_broken_space_file_is_one_clear_error(tmp_path, content, message):
 
 
 def test_a_trial_counts_what_offload_would_copy_only_where_the_space_has_offload():
-    from autotune.study.driver import strategy_of, trial_spec
+    from autotune.train.strategy import Strategy
 
-    strategy = strategy_of({"checkpointing": "none", "precision": "fp32", "micro_batch": 4}, 16)
-    assert trial_spec(plan_for("device=cpu"), strategy)["offload_bound"] is False
-    assert trial_spec(plan_for("device=cpu", "search_space=budgets"), strategy)["offload_bound"] is True
+    strategy = Strategy.of({"checkpointing": "none", "precision": "fp32", "micro_batch": 4}, 16)
+    assert plan_for("device=cpu").trial_spec(strategy)["offload_bound"] is False
+    assert plan_for("device=cpu", "search_space=budgets").trial_spec(strategy)["offload_bound"] is True
+
+
+def test_a_study_is_the_same_under_either_spelling_of_its_model_target():
+    """Shipped configs use Hydra's dotted spelling now; a study measured with the older
+    ``module:function`` keeps its name and setup, so the same command resumes it."""
+    old = plan_for("device=cpu", "model=custom", "model.target=examples.custom_model:build")
+    new = plan_for("device=cpu", "model=custom", "model.target=examples.custom_model.build")
+    assert old.setup == new.setup and old.study_name == new.study_name
+    assert new.setup["target"] == "examples.custom_model:build"
+    shipped = plan_for("device=cpu")
+    assert shipped.model_target == "autotune.models.bert.build"
+    assert shipped.setup["target"] == "autotune.models.bert:build"

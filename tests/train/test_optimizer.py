@@ -10,7 +10,6 @@ import torch
 import yaml
 from omegaconf import OmegaConf
 
-from autotune.study.driver import strategy_of, trial_spec
 from autotune.study.plan import ConfigError, make_plan
 from autotune.train.optimizer import OptimizerSpec, tensor_bytes, unsupported
 from autotune.train.strategy import Strategy
@@ -29,8 +28,8 @@ def plan_of(*overrides):
 
 
 def run_plan(plan, tmp_path, name, **state):
-    strategy = strategy_of({"checkpointing": "none", "precision": "fp32", "micro_batch": 4, **state}, 4)
-    spec = {**trial_spec(plan, strategy), "warmup_steps": 1, "measure_steps": 2, "min_measure_s": 0}
+    strategy = Strategy.of({"checkpointing": "none", "precision": "fp32", "micro_batch": 4, **state}, 4)
+    spec = {**plan.trial_spec(strategy), "warmup_steps": 1, "measure_steps": 2, "min_measure_s": 0}
     r = run_trial(spec, tmp_path / name, 600, env=trial_env())
     assert r["status"] == "ok", r
     return r

@@ -2,7 +2,7 @@
 ``module:name`` give the same object; what cannot be imported says why."""
 import pytest
 
-from autotune.train.target import resolve, split
+from autotune.train.target import identity, resolve, split
 
 
 def test_both_spellings_resolve_to_the_same_object():
@@ -13,6 +13,7 @@ def test_both_spellings_resolve_to_the_same_object():
     assert resolve("autotune.models.bert:build") is resolve("autotune.models.bert.build") is bert.build
     assert resolve("torch.optim.AdamW") is resolve("torch.optim:AdamW") is torch.optim.AdamW
     assert split("a.b:c") == split("a.b.c") == ("a.b", "c")
+    assert identity("a.b:c") == identity("a.b.c") == "a.b:c"  # what a study's setup records
 
 
 @pytest.mark.parametrize("target, error, words", [
