@@ -30,23 +30,20 @@ def main(argv=None) -> int:
     out = Path(args.out) if args.out else (reviewed.run_dir or Path(args.path).resolve().parent)
     out.mkdir(parents=True, exist_ok=True)
     results = reviewed.results()
-    meta = {"model": "?", "device_name": "?", "seq_len": "?", "command": "", **reviewed.meta,
-            "global_batch": reviewed.scoring.global_batch, "budgets": list(reviewed.scoring.budgets),
-            "budget_gib": reviewed.scoring.primary_budget, "objective": reviewed.scoring.objective}
     primary = results[0]
-    meta["why"] = primary.why if primary.best is not None else None
-    meta["left_out"] = reviewed.left_out
+    record = reviewed.record.scored_by(reviewed.scoring).but(
+        why=primary.why if primary.best is not None else None, left_out=reviewed.left_out)
     if reviewed.left_out:
         print(reviewed.left_out)
-    path = write_report(out, scored_for_report(results), primary.best, primary.baseline, meta,
+    path = write_report(out, scored_for_report(results), primary.best, primary.baseline, record,
                         budgets_table(results) if len(results) > 1 else None)
-    print(summary(primary.scored, primary.best, reviewed.scoring.objective, meta["why"]))
+    print(summary(primary.scored, primary.best, reviewed.scoring.objective, record.why))
     if len(results) > 1:
         print(budgets_summary(results))
     print(f"report: {path}")
     print("\n" + "\n".join(headline(primary.scored, primary.best, primary.baseline, reviewed.scoring.objective,
                                     reviewed.scoring.primary_budget, reviewed.scoring.global_batch,
-                                    str(meta.get("device_name", "")))))
+                                    str(record.device_name))))
     return 0
 
 

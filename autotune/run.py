@@ -21,6 +21,7 @@ from autotune.results.changes import best_change, last_best, remember_best
 from autotune.results.headline import headline
 from autotune.results.outputs import summary, write_outputs
 from autotune.results.page import write_report
+from autotune.results.record import RunRecord
 from autotune.results.review import record_settings, scored_for_report
 from autotune.scoring.budgets import budgets_summary, budgets_table, per_budget
 from autotune.scoring.limits import limits_line
@@ -213,14 +214,14 @@ def _tune(cfg: DictConfig, run_dir: Path, overrides, hydra_overrides, forks, out
     if isinstance(ran, int):
         return ran
     study, interrupted = ran
-    meta = {"started": started, "model": plan.model_name, "device_name": plan.device.name,
-            "global_batch": plan.global_batch, "seq_len": plan.seq_len, "budget_gib": plan.budget_gib,
-            "budgets": plan.budgets, "memory_cap_gib": plan.memory_cap_gib, "objective": plan.objective,
-            "torch": torch.__version__ + (f", CUDA {torch.version.cuda}" if torch.version.cuda else ""),
-            "command": command, "reductions": plan.reductions, **environment(plan.device),
-            "search_end": study.user_attrs.get(SEARCH_END_ATTR), "escalated": study.user_attrs.get("escalated")}
+    record = RunRecord(model=plan.model_name, device_name=plan.device.name, global_batch=plan.global_batch,
+                       seq_len=plan.seq_len, budget_gib=plan.budget_gib, budgets=list(plan.budgets),
+                       memory_cap_gib=plan.memory_cap_gib, objective=plan.objective,
+                       torch=torch.__version__ + (f", CUDA {torch.version.cuda}" if torch.version.cuda else ""),
+                       command=command, reductions=tuple(plan.reductions), **environment(plan.device),
+                       search_end=study.user_attrs.get(SEARCH_END_ATTR), escalated=study.user_attrs.get("escalated"))
     try:
-        return _write_outputs(plan, study, run_dir, storage, meta, command, interrupted, outcome)
+        return _write_outputs(plan, study, run_dir, storage, record, started, interrupted, outcome)
     except (StorageError, OSError) as e:  # a full disk, a folder made read-only meanwhile
         log.error(f"the outputs could not be written in {run_dir}: {e}. The study is intact in {redact(storage)}; "
                   f"once the cause is fixed, the same command resumes it and writes them all (python -m "
@@ -283,31 +284,30 @@ def _run_the_study(plan: Plan, run_dir: Path, storage: str, overrides: list, for
     return 2
 
 
-def _say(plan: Plan, results, scored, meta: dict, took_s: float) -> None:
+def _say(plan: Plan, results, scored, record: RunRecord, took_s: float) -> None:
     """The terminal's summary of a run: the trials, the best and why, the limits, the effort."""
     primary = results[0]
-    log.info(summary(scored, primary.best, plan.objective, meta["why"]))
-    if meta["limits"]:
-        log.info(f"limits: {meta['limits']}")
-    log.info(meta["effort"] + f"; the run took {took_s:.0f} s")
-    if meta["change"]:
-        log.info(f"changed since the last run: {meta['change']}")
+    log.info(summary(scored, primary.best, plan.objective, record.why))
+    if record.limits:
+        log.info(f"limits: {record.limits}")
+    log.info(record.effort + f"; the run took {took_s:.0f} s")
+    if record.change:
+        log.info(f"changed since the last run: {record.change}")
     if len(results) > 1:
         log.info(budgets_summary(results))
 
 
-def _write_outputs(plan: Plan, study, run_dir: Path, storage: str, meta: dict, command: str,
+def _write_outputs(plan: Plan, study, run_dir: Path, storage: str, record: RunRecord, started: float,
                    interrupted: bool, outcome: dict) -> int:
-    started = meta.pop("started")
     # A stop signal while the outputs are written waits for them (safe_write): they end whole.
     with signals_deferred() as stops:
         # What `python -m autotune.report` / `.show` need to score the study again, kept with it.
-        record_settings(study, plan.scoring, meta)
+        record_settings(study, plan.scoring, record)
         snapshot(study, run_dir / "study.db")
         table = trials_table(study)
-        meta["left_out"] = left_out_note(table)
-        if meta["left_out"]:
-            log.warning(meta["left_out"])
+        record = record.but(left_out=left_out_note(table))
+        if record.left_out:
+            log.warning(record.left_out)
         if table.empty:
             if interrupted or stops:
                 log.info(f"interrupted before any trial finished: nothing to report. Run the same command again to "
@@ -318,13 +318,13 @@ def _write_outputs(plan: Plan, study, run_dir: Path, storage: str, meta: dict, c
         results = per_budget(table, plan.scoring)
         primary = results[0]
         scored, best, baseline = scored_for_report(results), primary.best, primary.baseline
-        meta["why"] = primary.why if best is not None else None
-        meta["limits"] = limits_line(table, None if best is None else scored.loc[best], plan.device.name)
-        meta["effort"] = effort_line(study.get_trials(deepcopy=False))
-        meta["change"] = best_change(last_best(study), primary.scored, best, plan.scoring)
+        record = record.but(why=primary.why if best is not None else None,
+                            limits=limits_line(table, None if best is None else scored.loc[best], plan.device.name),
+                            effort=effort_line(study.get_trials(deepcopy=False)),
+                            change=best_change(last_best(study), primary.scored, best, plan.scoring))
         if not interrupted:
             remember_best(study, primary.scored, best, plan.scoring)
-        files = write_outputs(run_dir, plan, results, command)
+        files = write_outputs(run_dir, plan, results, record.command)
         outcome.update(files=files, budgets=[r.budget_gib for r in results])
     interrupted = interrupted or bool(stops)
     if plan.profile and primary.best is not None and not interrupted:
@@ -333,11 +333,11 @@ def _write_outputs(plan: Plan, study, run_dir: Path, storage: str, meta: dict, c
         except KeyboardInterrupt:  # the profile is extra: the report is still written
             trace, interrupted = None, True
         if trace is not None:
-            meta["profile"] = str(trace.relative_to(run_dir))
+            record = record.but(profile=str(trace.relative_to(run_dir)))
     with signals_deferred() as stops:
-        report = write_report(run_dir, scored, best, baseline, meta,
+        report = write_report(run_dir, scored, best, baseline, record,
                               budgets_table(results) if len(results) > 1 else None)
-        _say(plan, results, scored, meta, time.monotonic() - started)
+        _say(plan, results, scored, record, time.monotonic() - started)
         log.info(f"outputs: {run_dir}  (report: {report.name}, tuned config: {', '.join(files) or 'none'})")
         outcome["headline"] = headline(scored, best, baseline, plan.objective, plan.budget_gib, plan.global_batch,
                                        plan.device.name)

@@ -20,6 +20,7 @@ import pandas as pd
 from autotune.results import labels, plot_style, svgplot
 from autotune.results.headline import headline, money
 from autotune.results.outputs import contention_summary, no_best, unavailable
+from autotune.results.record import RunRecord
 from autotune.scoring.effects import MEMORY_NOISE, strategy_effects
 from autotune.scoring.score import Baseline
 from autotune.store.storage import redact
@@ -184,18 +185,18 @@ def _run_fractions(scored: pd.DataFrame) -> list:
     return [checkpoint_fraction(c) for c in _ok_points(scored)["checkpointing"]]
 
 
-def _pareto_svg(scored: pd.DataFrame, best: int | None, baseline: Baseline, meta: dict) -> str:
+def _pareto_svg(scored: pd.DataFrame, best: int | None, baseline: Baseline, record: RunRecord) -> str:
     ok = _ok_points(scored)
     front = scored[scored["on_pareto"]].sort_values("peak_memory_gib")
     best_mark = None
     if best is not None:
         b = scored.loc[best]
         best_mark = svgplot.Mark(float(b["peak_memory_gib"]), float(b["samples_per_s"]),
-                                 "best by " + meta["objective"] + "\n" + svgplot.trial_hover(b))
+                                 "best by " + record.objective + "\n" + svgplot.trial_hover(b))
     base_mark = None
     if baseline.measured and baseline.samples_per_s:
         base_mark = svgplot.Mark(baseline.peak_memory_gib, baseline.samples_per_s, f"baseline: {baseline.note}")
-    budgets = [(float(b), f"budget {_num(b, '.3g')} GiB") for b in meta["budgets"]]
+    budgets = [(float(b), f"budget {_num(b, '.3g')} GiB") for b in record.budgets]
     return svgplot.scatter(ok, "peak_memory_gib", "samples_per_s", "peak memory (GiB) - lower is better",
                            "throughput (samples/s) - higher is better", "pareto-svg", front=front, best=best_mark,
                            baseline=base_mark, vlines=budgets, fractions=_run_fractions(scored),
@@ -217,17 +218,17 @@ def _roi_svg(scored: pd.DataFrame, best: int | None) -> str:
                            fractions=_run_fractions(scored), detail=plot_style.detailed(ok, best))
 
 
-def _environment_html(meta: dict) -> str:
-    rows = [("device", meta.get("device_name")), ("device memory", _gib(meta.get("device_memory_gib"))),
-            ("driver", meta.get("driver")), ("torch", meta.get("torch_version") or meta.get("torch")),
-            ("CUDA", meta.get("cuda_version")), ("transformers", meta.get("transformers_version")),
-            ("Python", meta.get("python"))]
+def _environment_html(record: RunRecord) -> str:
+    rows = [("device", record.device_name), ("device memory", _gib(record.device_memory_gib)),
+            ("driver", record.driver), ("torch", record.torch_version or record.torch),
+            ("CUDA", record.cuda_version), ("transformers", record.transformers_version),
+            ("Python", record.python)]
     cells = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>" for k, v in rows if v)
     return f"<table class='environment'>{cells}</table>"
 
 
-def _profile_html(meta: dict) -> str:
-    trace = meta.get("profile")
+def _profile_html(record: RunRecord) -> str:
+    trace = record.profile
     if not trace or not _run_relative(str(trace)):  # a link only to a file the run wrote beside the page
         return ""
     href, text = html.escape(quote(str(trace)), quote=True), html.escape(str(trace))
@@ -338,7 +339,7 @@ def _effects_table(effects: pd.DataFrame) -> str:
     return f"<div class='scroll'><table id='effects'><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table></div>"
 
 
-def _best_html(scored: pd.DataFrame, best: int | None, meta: dict) -> str:
+def _best_html(scored: pd.DataFrame, best: int | None, record: RunRecord) -> str:
     """The best configuration and what the run says about it (or why there is none)."""
     esc = _esc
     if best is None:
@@ -349,7 +350,7 @@ def _best_html(scored: pd.DataFrame, best: int | None, meta: dict) -> str:
     else:
         b = scored.loc[best]
         best_html = (
-            f"<p class='best'>Best by <b>{esc(meta['objective'])}</b>: checkpointing <b>{esc(b['checkpointing'])}</b>, "
+            f"<p class='best'>Best by <b>{esc(record.objective)}</b>: checkpointing <b>{esc(b['checkpointing'])}</b>, "
             f"precision <b>{esc(b['precision'])}</b>, micro_batch <b>{int(b['micro_batch'])}</b> x accumulation "
             f"<b>{int(b['accumulation'])}</b> - peak {b['peak_memory_gib']:.2f} GiB, {b['samples_per_s']:.1f} samples/s"
             + (f", ROI {money(float(b['roi']))}" if pd.notna(b.get("roi")) else "")
@@ -367,38 +368,38 @@ def _best_html(scored: pd.DataFrame, best: int | None, meta: dict) -> str:
                 if isinstance(b.get("numerics"), str) and b.get("numerics")
                 else ""
             )
-            + (f"<p class='why'>Why: {esc(meta['why'])}.</p>" if meta.get("why") else "")
-            + (f"<p class='limits'><b>Limits</b>: {esc(meta['limits'])}.</p>" if meta.get("limits") else "")
-            + (f"<p class='effort'><b>Cost</b>: {esc(meta['effort'])}.</p>" if meta.get("effort") else "")
+            + (f"<p class='why'>Why: {esc(record.why)}.</p>" if record.why else "")
+            + (f"<p class='limits'><b>Limits</b>: {esc(record.limits)}.</p>" if record.limits else "")
+            + (f"<p class='effort'><b>Cost</b>: {esc(record.effort)}.</p>" if record.effort else "")
         )
-    if meta.get("change"):
-        best_html += f"<p class='change'><b>Changed since the last run</b>: {esc(meta['change'])}</p>"
+    if record.change:
+        best_html += f"<p class='change'><b>Changed since the last run</b>: {esc(record.change)}</p>"
     best_html += "".join(f"<p class='unavailable'><b>Unavailable on this device</b> (skipped, never run): "
                          f"{esc(u)}.</p>" for u in unavailable(scored))
-    if meta.get("escalated"):
-        best_html += f"<p class='escalated'><b>Escalated</b>: {esc(meta['escalated'])}.</p>"
-    if meta.get("search_end"):
-        best_html += f"<p class='search-end'><b>Search</b>: {esc(meta['search_end'])}.</p>"
+    if record.escalated:
+        best_html += f"<p class='escalated'><b>Escalated</b>: {esc(record.escalated)}.</p>"
+    if record.search_end:
+        best_html += f"<p class='search-end'><b>Search</b>: {esc(record.search_end)}.</p>"
     return best_html
 
 
-def _notes(scored: pd.DataFrame, baseline: Baseline, meta: dict) -> list[str]:
+def _notes(scored: pd.DataFrame, baseline: Baseline, record: RunRecord) -> list[str]:
     """The report's notes, HTML: the baseline, caps, reductions, repeats, contention, noise,
     disagreements, and what was skipped or pruned."""
     esc = _esc
     skipped = scored[scored["status"] == "skipped"]
     notes = [f"Baseline (none / fp32 / micro_batch = global batch): {esc(baseline.note)}."]
-    if meta.get("left_out"):
-        notes.append(esc(meta["left_out"]) + ".")
-    if meta.get("memory_cap_gib"):
+    if record.left_out:
+        notes.append(esc(record.left_out) + ".")
+    if record.memory_cap_gib:
         notes.append(
-            f"Every trial ran with its CUDA allocator capped to {_num(meta['memory_cap_gib'])} GiB less its CUDA "
+            f"Every trial ran with its CUDA allocator capped to {_num(record.memory_cap_gib)} GiB less its CUDA "
             "context (torch.cuda.set_per_process_memory_fraction), as on a card of that size; a trial fits a "
             "budget when its reserved memory plus the context stays within it. Not simulated: the smaller "
             "card's speed, and memory other processes would hold on it."
         )
-    if meta.get("reductions"):
-        notes.append("CPU run with a reduced model so it finishes in minutes: " + esc(", ".join(meta["reductions"]))
+    if record.reductions:
+        notes.append("CPU run with a reduced model so it finishes in minutes: " + esc(", ".join(record.reductions))
                      + ". GPU runs use the full size.")
     if "samples_per_s_runs" in scored.columns and scored["samples_per_s_runs"].notna().any():
         notes.append("The close contenders were measured again in fresh processes; their samples/s is the median "
@@ -430,15 +431,15 @@ def _notes(scored: pd.DataFrame, baseline: Baseline, meta: dict) -> list[str]:
     return notes
 
 
-def _page(title: str, meta: dict, headline_html: str, best_html: str, notes: list[str], budget_html: str,
+def _page(title: str, record: RunRecord, headline_html: str, best_html: str, notes: list[str], budget_html: str,
           front: pd.DataFrame, effects: pd.DataFrame, shown: pd.DataFrame, scored: pd.DataFrame, cols: list,
           scored_svg: tuple) -> str:
     """report.html from its parts."""
     esc = _esc
     pareto_svg, roi_svg = scored_svg
-    run_line = (f"{esc(title)} - seq_len {esc(str(meta['seq_len']))} - budget "
-                f"{', '.join(_num(b, '.1f') for b in meta['budgets'])} GiB - device {esc(meta['device_name'])}"
-                + (" - torch " + esc(meta["torch"]) if meta.get("torch") else ""))
+    run_line = (f"{esc(title)} - seq_len {esc(str(record.seq_len))} - budget "
+                f"{', '.join(_num(b, '.1f') for b in record.budgets)} GiB - device {esc(record.device_name)}"
+                + (" - torch " + esc(record.torch) if record.torch else ""))
     shown_note = ("" if len(shown) == len(scored)
                   else "The Pareto front, the best and the latest trials; trials.csv holds every one. ")
     page = f"""<!DOCTYPE html>
@@ -461,7 +462,7 @@ svg.plot {{ max-width: 100%; height: auto; }}
 <h1>autotune report</h1>
 {headline_html}
 <p>{run_line}</p>
-<p>Command: <code>{esc(redact(meta["command"]))}</code></p>
+<p>Command: <code>{esc(redact(record.command))}</code></p>
 {best_html}
 <ul>{"".join(f"<li>{n}</li>" for n in notes)}</ul>
 {budget_html}
@@ -482,23 +483,23 @@ by ({100 * MEMORY_NOISE:.0f} %). The rules of thumb are figures often quoted for
 <p>{shown_note}Click a column's header to sort by it.</p>
 {_table(shown[cols], table_id="trials")}
 <h2>Measured on</h2>
-{_environment_html(meta)}
-<p>Reproduce: <code>{esc(redact(meta["command"]))}</code> (a new study_name measures again; the same one resumes).</p>
-{_profile_html(meta)}
+{_environment_html(record)}
+<p>Reproduce: <code>{esc(redact(record.command))}</code> (a new study_name measures again; the same one resumes).</p>
+{_profile_html(record)}
 <script>{SORT_SCRIPT}</script>
 </body></html>
 """
     return page
 
 
-def write_report(run_dir: Path, scored: pd.DataFrame, best: int | None, baseline: Baseline, meta: dict,
+def write_report(run_dir: Path, scored: pd.DataFrame, best: int | None, baseline: Baseline, record: RunRecord,
                  per_budget: pd.DataFrame | None = None) -> Path:
     """Write report.html and pareto.png into run_dir; returns the HTML path.
 
     ``scored`` is scored at the primary budget; ``per_budget`` (several budgets) holds the
     winner of each budget and why it won."""
-    title = f"{meta['model']} on {meta['device_name']} - global batch {meta['global_batch']}"
-    fig = pareto_figure(scored, best, meta["budgets"], baseline, title)
+    title = f"{record.model} on {record.device_name} - global batch {record.global_batch}"
+    fig = pareto_figure(scored, best, record.budgets, baseline, title)
     with replacing(run_dir / "pareto.png") as tmp:
         fig.savefig(tmp)  # for terminals and READMEs; the page draws its own
     _pyplot().close(fig)
@@ -507,18 +508,18 @@ def write_report(run_dir: Path, scored: pd.DataFrame, best: int | None, baseline
     cols = [c for c in TABLE_COLUMNS if c in scored.columns]
     shown = scored[plot_style.detailed(scored, best)]  # every trial, up to plot_style.DETAIL_LIMIT
     front = scored[scored["on_pareto"]].sort_values("peak_memory_gib")[cols]
-    effects = strategy_effects(scored, meta["global_batch"])
-    lead = headline(scored, best, baseline, meta["objective"], meta["budget_gib"], meta["global_batch"],
-                    str(meta.get("device_name", "")))
+    effects = strategy_effects(scored, record.global_batch)
+    lead = headline(scored, best, baseline, record.objective, record.budget_gib, record.global_batch,
+                    str(record.device_name or ""))
     headline_html = ("<div class='headline'>" + "".join(f"<p>{esc(line)}</p>" for line in lead) + "</div>")
-    best_html = _best_html(scored, best, meta)
-    notes = _notes(scored, baseline, meta)
+    best_html = _best_html(scored, best, record)
+    notes = _notes(scored, baseline, record)
     budget_html = ""
     if per_budget is not None:
         budget_html = ("<h2>Best per budget</h2>\n<p>The same trials, judged against each budget (the table and "
-                       f"plot below use the first, {_num(meta['budget_gib'])} GiB).</p>\n" + _table(per_budget))
-    page = _page(title, meta, headline_html, best_html, notes, budget_html, front, effects, shown, scored, cols,
-                 scored_svg=(_pareto_svg(scored, best, baseline, meta), _roi_svg(scored, best)))
+                       f"plot below use the first, {_num(record.budget_gib)} GiB).</p>\n" + _table(per_budget))
+    page = _page(title, record, headline_html, best_html, notes, budget_html, front, effects, shown, scored, cols,
+                 scored_svg=(_pareto_svg(scored, best, baseline, record), _roi_svg(scored, best)))
     path = run_dir / "report.html"
     write_text(path, page)
     return path

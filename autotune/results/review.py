@@ -20,6 +20,7 @@ import optuna
 import pandas as pd
 import yaml
 
+from autotune.results.record import RunRecord
 from autotune.scoring.budgets import BudgetResult, budget_label, per_budget
 from autotune.scoring.settings import Scoring, ScoringError
 from autotune.store.storage import StorageError, check_readable, open_read_only, redact, storage_failure
@@ -33,8 +34,8 @@ class ReviewError(ValueError):
     """The PATH cannot be reviewed; the message names it and what to pass instead."""
 
 
-def record_settings(study: optuna.Study, scoring: Scoring, meta: dict) -> None:
-    study.set_user_attr(SETTINGS_ATTR, {**scoring.to_dict(), "meta": meta})
+def record_settings(study: optuna.Study, scoring: Scoring, record: RunRecord) -> None:
+    study.set_user_attr(SETTINGS_ATTR, {**scoring.to_dict(), "meta": record.to_dict()})
 
 
 @dataclass
@@ -43,7 +44,7 @@ class Reviewed:
     study_name: str | None
     table: pd.DataFrame
     scoring: Scoring  # as the run scored it
-    meta: dict = field(default_factory=dict)
+    record: RunRecord = field(default_factory=RunRecord)  # as the run recorded it, read back tolerantly
     run_dir: Path | None = None
     left_out: str = ""  # the trials the table left out, named (store/table.py)
 
@@ -249,9 +250,8 @@ def open_reviewed(path: str, study_name: str | None = None) -> Reviewed:
     except ScoringError as e:
         raise ReviewError(f"{source}: {e}; it is not what a run writes: rerun the tuning command (it resumes the "
                           "study and stores them again)") from None
-    meta = settings.get("meta")
     return Reviewed(source=source, study_name=name, table=table, scoring=scoring,
-                    meta=meta if isinstance(meta, dict) else {}, run_dir=run_dir, left_out=left_out_note(table))
+                    record=RunRecord.from_dict(settings.get("meta")), run_dir=run_dir, left_out=left_out_note(table))
 
 
 def scored_for_report(results: list[BudgetResult]) -> pd.DataFrame:

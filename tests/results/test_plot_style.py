@@ -6,6 +6,7 @@ import pandas as pd
 from matplotlib.markers import MarkerStyle
 
 from autotune.results import page, plot_style
+from autotune.results.record import RunRecord
 from autotune.scoring.score import Baseline
 
 FRACTIONS = ["none", "0.25", "0.5", "full"]
@@ -37,7 +38,7 @@ def reference(shape: str) -> np.ndarray:
 def test_each_checkpointed_fraction_has_its_own_marker_in_both_plots():
     scored = scored_table()
     baseline = Baseline(10.0, 100.0, True, "measured")
-    svg = page._pareto_svg(scored, 0, baseline, {"objective": "roi", "budgets": [8.0]})
+    svg = page._pareto_svg(scored, 0, baseline, RunRecord(objective="roi", budgets=[8.0]))
     by_number = {int(n): shape for shape, n in
                  re.findall(r'data-marker="([\w-]+)" opacity="[\d.]+" data-number="(\d+)"', svg)}
     assert len(by_number) == 8  # every ok point carries its marker
@@ -81,7 +82,7 @@ def test_a_large_study_keeps_a_mark_for_the_front_the_best_and_the_latest_and_dr
     scored.loc[front, "on_pareto"] = True
     best = 17
     baseline = Baseline(10.0, 100.0, True, "measured")
-    svg = page._pareto_svg(scored, best, baseline, {"objective": "roi", "budgets": [8.0]})
+    svg = page._pareto_svg(scored, best, baseline, RunRecord(objective="roi", budgets=[8.0]))
     marked = {int(m) for m in re.findall(r'class="trial-point"[^>]*data-number="(\d+)"', svg)}
     assert len(marked) == plot_style.DETAIL_LIMIT
     assert set(front) <= marked  # the front and the best keep their hover details
@@ -89,9 +90,9 @@ def test_a_large_study_keeps_a_mark_for_the_front_the_best_and_the_latest_and_dr
     crowd = sum(int(c) for c in re.findall(r'class="trial-crowd"[^>]*data-count="(\d+)"', svg))
     assert crowd == n - len(marked)  # every other trial is drawn, in its group's one shape
     assert svg.count('class="trial-crowd"') <= 2 * 8  # one per legend group (and fit), not one per trial
-    meta = {"model": "m", "device_name": "cpu", "global_batch": 8, "budgets": [8.0], "budget_gib": 8.0,
-            "objective": "roi", "seq_len": 8, "command": "python -m autotune"}
-    page.write_report(tmp_path, scored, best, baseline, meta)
+    record = RunRecord(model="m", device_name="cpu", global_batch=8, budgets=[8.0], budget_gib=8.0, objective="roi",
+                       seq_len=8, command="python -m autotune")
+    page.write_report(tmp_path, scored, best, baseline, record)
     html_text = (tmp_path / "report.html").read_text()
     table = html_text[html_text.index("id='trials'"):]
     table = table[:table.index("</table>")]
@@ -102,5 +103,5 @@ def test_a_large_study_keeps_a_mark_for_the_front_the_best_and_the_latest_and_dr
 def test_a_small_study_is_drawn_and_tabled_in_full():
     scored = scored_table()
     baseline = Baseline(10.0, 100.0, True, "measured")
-    svg = page._pareto_svg(scored, 0, baseline, {"objective": "roi", "budgets": [8.0]})
+    svg = page._pareto_svg(scored, 0, baseline, RunRecord(objective="roi", budgets=[8.0]))
     assert svg.count('class="trial-point"') == 8 and "trial-crowd" not in svg

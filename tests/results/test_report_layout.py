@@ -130,7 +130,7 @@ def test_the_headline_is_the_terminals_last_block(quiet_report):
     _, terminal = quiet_report
     r, result = reviewed(QUIET_RUN)
     lines = headline(result.scored, result.best, result.baseline, r.scoring.objective, r.scoring.primary_budget,
-                     r.scoring.global_batch, str(r.meta.get("device_name", "")))
+                     r.scoring.global_batch, str(r.record.device_name))
     assert terminal.rstrip("\n").split("\n\n")[-1].splitlines() == lines
     assert lines[0].startswith("Use ") and "fits the" in lines[0]
 

@@ -4,6 +4,7 @@ import optuna
 from optuna.distributions import CategoricalDistribution
 
 from autotune.results.page import write_report
+from autotune.results.record import RunRecord
 from autotune.results.review import scored_for_report
 from autotune.scoring.budgets import per_budget
 from autotune.scoring.settings import Scoring
@@ -45,8 +46,8 @@ def test_every_run_s_peak_is_kept_and_runs_more_than_2_percent_apart_are_flagged
 
     results = per_budget(table, Scoring(4, [8.0], ROI, "roi"))
     page = write_report(tmp_path, scored_for_report(results), results[0].best, results[0].baseline,
-                        {"model": "t", "budget_gib": 8.0, "budgets": [8.0], "global_batch": 4, "objective": "roi",
-                         "device_name": "cpu", "command": "python -m autotune", "seq_len": 8}).read_text()
+                        RunRecord(model="t", budget_gib=8.0, budgets=[8.0], global_batch=4, objective="roi",
+                                  device_name="cpu", command="python -m autotune", seq_len=8)).read_text()
     assert "1 configuration(s) whose runs' peak memory differs by more than 2 %" in page
 
 
