@@ -13,6 +13,8 @@ import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, TypedDict, cast, get_type_hints
 
+from autotune.train.strategy import Strategy
+
 # Every way a trial ends (the driver records one of these as the trial's ``status``).
 STATUSES = ("ok", "oom", "crash", "timeout", "nan", "error", "skipped", "pruned")
 
@@ -29,7 +31,7 @@ class TrialSpec:
     model: ModelSpec
     seq_len: int
     device: str  # cpu | cuda | cuda:N
-    strategy: dict[str, Any]  # Strategy.as_dict()
+    strategy: dict[str, Any]  # Strategy.as_dict(), checked as a Strategy when read (``the_strategy``)
     warmup_steps: int
     measure_steps: int
     min_measure_s: float = 0.0
@@ -63,9 +65,15 @@ class TrialSpec:
         if unknown:
             raise ValueError(f"trial spec: unknown key(s) {unknown}; known: {sorted(known)}")
         try:
-            return cls(**{**data, "model": ModelSpec(**data["model"])})
-        except (KeyError, TypeError) as e:
+            spec = cls(**{**data, "model": ModelSpec(**data["model"])})
+            spec.the_strategy()
+        except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"trial spec: {e}") from None
+        return spec
+
+    def the_strategy(self) -> Strategy:
+        """The strategy as its value class: every dimension checked (train/dimensions.py)."""
+        return Strategy(**self.strategy)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

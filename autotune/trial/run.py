@@ -176,7 +176,7 @@ def batch_device(batch):
 def run(spec) -> dict:
     """Run one trial in this process; ``spec`` is a TrialSpec or its dict (spec.json's content)."""
     spec = TrialSpec.from_dict(spec)
-    strategy = Strategy(**spec.strategy)
+    strategy = spec.the_strategy()
     device = spec.device
     device_type = "cuda" if device.startswith("cuda") else "cpu"
     if device_type == "cpu" and spec.cpu_threads:  # study/threads.py: a busy CPU's free cores

@@ -43,3 +43,15 @@ def test_the_driver_records_a_result_file_that_breaks_it_as_an_error_naming_the_
     assert got["status"] == "error" and "contended='no' is not bool" in got["cause"]
     path.write_text(json.dumps({**OK, "time_spread": 0.05, "load_average": None}))
     assert _collect(path, tmp_path / "log.txt", 60.0, timed_out=False, returncode=0)["status"] == "ok"
+
+
+def test_a_spec_whose_strategy_is_not_a_strategy_is_refused_on_either_side():
+    from autotune.train.strategy import Strategy
+    from autotune.trial.contract import ModelSpec, TrialSpec
+
+    good = TrialSpec(model=ModelSpec("t", "autotune.models.bert.build"), seq_len=8, device="cpu",
+                     strategy=Strategy("none", "fp32", 2, 2).as_dict(), warmup_steps=1, measure_steps=2)
+    assert TrialSpec.from_dict(good.to_dict()).the_strategy() == Strategy("none", "fp32", 2, 2)
+    bad = {**good.to_dict(), "strategy": {**good.strategy, "precision": "fp8"}}
+    with pytest.raises(ValueError, match="trial spec: precision='fp8'"):
+        TrialSpec.from_dict(bad)
