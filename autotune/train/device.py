@@ -6,6 +6,7 @@ and leaves CUDA initialisation to the trial processes.
 """
 from __future__ import annotations
 
+import importlib.metadata
 import os
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -142,10 +143,8 @@ def environment(device: DeviceInfo) -> dict[str, Any]:
            "torch_version": torch.__version__, "cuda_version": torch.version.cuda}
     if device.kind == "cuda":
         env["driver"] = device.driver
-    try:
-        import transformers
-
-        env["transformers_version"] = transformers.__version__
-    except ImportError:
+    try:  # the installed version, read without importing transformers (about a second)
+        env["transformers_version"] = importlib.metadata.version("transformers")
+    except importlib.metadata.PackageNotFoundError:
         pass
     return env
