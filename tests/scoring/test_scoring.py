@@ -176,7 +176,7 @@ def test_the_scoring_settings_travel_as_one_value_and_are_read_back_strictly():
     assert s.but(budgets=[40]).budgets == (40.0,) and s.but(objective="roi").objective == "roi"
     assert s.but().budgets == s.budgets  # show without --budget: the run's own
     for key, value, words in (("global_batch", True, "global_batch=True"), ("budgets", [], "budgets=[]"),
-                              ("roi", {**roi, "workload_samples": 0}, "workload_samples > 0"),
+                              ("roi", {**roi, "workload_samples": 0}, "roi.workload_samples=0: must be"),
                               ("objective", "speed", "objective='speed': one of")):
         with pytest.raises(ScoringError, match=re.escape(words)):
             Scoring.from_dict({**s.to_dict(), key: value})
