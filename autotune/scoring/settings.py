@@ -77,8 +77,9 @@ class Scoring:
         roi = settings.get("roi")
         if not isinstance(roi, dict):
             raise ScoringError(f"settings roi={roi!r}: needs finite prices >= 0 and workload_samples > 0")
-        if roi_problems(roi, "settings roi."):
-            raise ScoringError("; ".join(roi_problems(roi, "settings roi.")))
+        problems = roi_problems(roi, "settings roi.")
+        if problems:
+            raise ScoringError("; ".join(problems))
         objective = settings.get("objective")
         if objective not in OBJECTIVES:
             raise ScoringError(f"settings objective={objective!r}: one of {', '.join(OBJECTIVES)}")

@@ -285,22 +285,23 @@ class AutoSearch:
 
         ``pending``: configuration keys (family, micro_batch) queued or running elsewhere.
         """
-        base, worth, lines = self._worth(table, pending)
+        base, worth, lines, measured = self._worth(table, pending)
         if base is not None:  # ROI is relative to the baseline: measure it first
             return base
         if not worth:
             return None
-        return self._config(self._pick(worth, lines, self._measured(table) if not table.empty else {}))
+        return self._config(self._pick(worth, lines, measured))
 
     def left(self, table: pd.DataFrame, pending: set[Key]) -> int:
         """How many configurations could still be worth measuring: the search's bound on
         what is left (each measurement can only rule more out)."""
-        base, worth, _ = self._worth(table, pending)
+        base, worth, _, _ = self._worth(table, pending)
         return len(worth) + (base is not None and (family_of(base), base["micro_batch"]) not in worth)
 
-    def _worth(self, table: pd.DataFrame, pending: set[Key]) -> tuple[Row | None, dict[Key, float], dict[Fam, Line]]:
+    def _worth(self, table: pd.DataFrame,
+               pending: set[Key]) -> tuple[Row | None, dict[Key, float], dict[Fam, Line], Measured]:
         """(the baseline config if it must run first, {key: gain} of the configurations that
-        could beat the best measured one, the memory lines)."""
+        could beat the best measured one, the memory lines, the measurements they rest on)."""
         measured = self._measured(table) if not table.empty else {}
         lines = self._lines(measured)
         base = self._baseline_config() if self.objective == "roi" else None
@@ -324,7 +325,7 @@ class AutoSearch:
                     worth[key] = max(worth.get(key, -INF), gain)
             if key not in worth and self._could_join_front(key, ub, measured, lines):
                 worth[key] = 0.0
-        return base, worth, lines
+        return base, worth, lines, measured
 
     def _could_join_front(self, key: Key, speed_ub: float, measured: Measured, lines: dict[Fam, Line]) -> bool:
         """Could ``key`` add a Pareto-front point at ``front_resolution``? Not when a measured

@@ -9,6 +9,7 @@ that (the driver's side of the boundary: ``trial/runner.py``).
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, TypedDict, cast, get_type_hints
@@ -158,13 +159,21 @@ def check_result(data: Any) -> TrialResult:
         for key in ("peak_memory_gib", "samples_per_s"):
             if not isinstance(data.get(key), (int, float)) or not math.isfinite(data[key]):
                 raise ResultError(f"trial result: status='ok' with {key}={data.get(key)!r}")
-    for key, annotation in get_type_hints(TrialResult).items():
+    for key, (name, wanted) in _field_types().items():
         value = data.get(key)
         if value is None:
             continue  # absent, or None where the trial did not get that far
-        text = str(annotation)
-        name = annotation.__name__ if text.startswith("<class ") else text.replace(" | None", "")
-        wanted = _JSON_TYPES[name]
         if not isinstance(value, wanted) or (isinstance(value, bool) and bool not in wanted):
             raise ResultError(f"trial result: {key}={value!r} is not {name}")
     return cast(TrialResult, data)
+
+
+@functools.cache
+def _field_types() -> dict[str, tuple[str, tuple[type, ...]]]:
+    """Each TrialResult field: (its type's name, the JSON types it admits), read once."""
+    out = {}
+    for key, annotation in get_type_hints(TrialResult).items():
+        text = str(annotation)
+        name = annotation.__name__ if text.startswith("<class ") else text.replace(" | None", "")
+        out[key] = (name, _JSON_TYPES[name])
+    return out
